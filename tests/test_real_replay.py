@@ -27,11 +27,13 @@ from skewlens.profiler.errors import TraceFormatError, ValidationError
 from skewlens.profiler.store import RunTrace, load_run
 from skewlens.profiler.synth import RunBuilder
 from skewlens.profiler.vocab import WAIT_NODE_NAMES, CommType, NodeType
-from skewlens.replay.config import RealConfig, ReplayConfig, SlowdownConfig
+from skewlens.replay.config import DimensionConfig, RealConfig, ReplayConfig, SlowdownConfig, TopologyConfig
+from skewlens.replay.driver import replay_run
 from skewlens.replay.effects import NO_EFFECTS, NoEffects
 from skewlens.replay.errors import ConfigError, ReplayError, ReplayTimeoutError
+from skewlens.replay.execution import execution_model, waiting_timelines
 from skewlens.replay.lower import collective_bytes, collective_pairs
-from skewlens.replay.real.api import real_replay
+from skewlens.replay.real.api import check_threads, real_replay
 from skewlens.replay.real.launch import TORCHRUN_LOGS, launcher_command, run_workers, waiting_for
 from skewlens.replay.real.plan import (
     KIND_COLL,
@@ -626,6 +628,69 @@ def test_mismatched_collective_types_are_refused_before_any_process_starts(tmp_p
     with pytest.raises(ValidationError, match=r"seq 0"):
         real_replay(run_dir=run, out_dir=tmp_path / "out", effects=NO_EFFECTS, cfg=CFG)
     assert not (tmp_path / "out" / "real" / "work").exists()
+
+
+def _two_threads_run(tmp_path: Path) -> Path:
+    """DDP's all_reduce on the main thread (stream 0) beside a checkpoint thread's all_gather (stream 7, its
+    own group), in opposite orders on the two ranks: rank 0 enters the all_reduce first (1 ms) and waits
+    for rank 1's, which comes after rank 1's all_gather; concurrent threads, as recorded, complete both,
+    one thread in start order deadlocks."""
+    b = RunBuilder(2, {"0": (0, 1), "ckpt": (0, 1)})
+    r0, r1 = b.rank(0).step(0), b.rank(1).step(0)
+    r0.compute("aten::mm", MS, start_ns=0)
+    r0.collective(CommType.ALL_REDUCE, 1024, 3 * MS, pg="0", start_ns=MS)  # ends at 4 ms, with rank 1's
+    r0.collective(CommType.ALL_GATHER, 4096, MS, pg="ckpt", start_ns=2 * MS, stream=7)
+    r1.compute("aten::mm", int(3.5 * MS), start_ns=0)
+    r1.collective(CommType.ALL_REDUCE, 1024, MS // 2, pg="0", start_ns=int(3.5 * MS))
+    r1.collective(CommType.ALL_GATHER, 4096, 2 * MS, pg="ckpt", start_ns=MS, stream=7)  # rank 0 comes at 2
+    return b.write(tmp_path / "run")
+
+
+def test_a_rank_whose_two_threads_wait_for_collectives_is_refused_before_any_process_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the real replay ran both threads on one: rank 0 blocked in the all_reduce, rank 1 in the all_gather,
+    # until real.timeout_s, then blamed "waiting for rank 1", which was not slow
+    run = _two_threads_run(tmp_path)
+
+    def started(*_a: Any, **_k: Any) -> None:
+        raise AssertionError("a worker process was started")
+
+    monkeypatch.setattr("skewlens.replay.real.api.run_workers", started)
+    want = (
+        r"cannot replay on real processes: rank 0 waits for collectives on 2 threads \(stream 0: "
+        r"all_reduce group '0' seq 0 \(node 2\) \.\.\., stream 7: all_gather group 'ckpt' seq 0 \(node 3\) "
+        r"\.\.\.\): the real replay runs a rank's threads on one thread and would deadlock; replay by "
+        r"simulation \(mode=sim\) instead$"
+    )
+    with pytest.raises(ConfigError, match=want):
+        real_replay(run_dir=run, out_dir=tmp_path / "out", effects=NO_EFFECTS, cfg=CFG)
+    topo = TopologyConfig(name="sw", dims=[DimensionConfig(bandwidth_gbps=10.0, latency_ns=5_000)])
+    cfg = ReplayConfig(trace=str(run), out=str(tmp_path / "out2"), topology=topo, perfetto=False, mode="real")
+    with pytest.raises(ConfigError, match=want):
+        replay_run(cfg)
+    assert not (tmp_path / "out" / "real").exists() and not (tmp_path / "out2").exists()
+
+
+def test_a_thread_that_issues_asynchronous_collectives_and_waits_for_them_is_one_thread_not_refused(
+    tmp_path: Path,
+) -> None:
+    # DDP's all_reduce on a communication stream (gloo's worker), issued and waited for by the main thread:
+    # the communication stream is no thread of the program's, so the main thread is the only one that waits
+    b = RunBuilder(2)
+    for r in (0, 1):
+        rb = b.rank(r).step(0)
+        mm = rb.compute("aten::mm", MS, start_ns=0)
+        ar = rb.collective(CommType.ALL_REDUCE, 1024, 3 * MS, start_ns=MS, stream=1000, deps=(mm,))
+        rb.compute("aten::add", 2 * MS, start_ns=MS)
+        rb.compute(sorted(WAIT_NODE_NAMES)[0], MS, start_ns=3 * MS, deps=(ar,))
+    run = load_run(b.write(tmp_path / "run"))
+    em = execution_model(run)
+    assert [[tl for tl, _row, _c in waiting_timelines(rt, em.ranks[r])] for r, rt in run.ranks.items()] == [
+        [0],
+        [0],
+    ]
+    check_threads(run)  # not refused
 
 
 @pytest.mark.slow

@@ -40,10 +40,11 @@ from skewlens.profiler.manifest import (
 from skewlens.profiler.store import RunTrace, load_run
 from skewlens.profiler.store.issues import no_trace_line
 from skewlens.profiler.store.load import locate_run
-from skewlens.profiler.vocab import NodeType
+from skewlens.profiler.store.model import RankTrace
+from skewlens.profiler.vocab import CommType, NodeType
 from skewlens.replay.effects import Effects
 from skewlens.replay.errors import ConfigError, ReplayError
-from skewlens.replay.execution import execution_model
+from skewlens.replay.execution import execution_model, waiting_timelines
 from skewlens.replay.outputs import REAL_FAILED_DIR, REAL_RUN_DIR, REAL_WORK_DIR, check_trace_outside
 from skewlens.replay.real.capture import finish_capture
 from skewlens.replay.real.launch import TORCHRUN_LOGS, launcher_command, launcher_log, run_workers
@@ -92,6 +93,51 @@ def check_host_memory(nproc: int, available: int, run_dir: Path) -> None:
             "--nnodes, --node-rank, --rdzv-endpoint, and real.nproc ranks per host), or in the simulator "
             "(mode=sim)"
         )
+
+
+def check_threads(run: RunTrace) -> None:
+    """Refuse a real replay of a run in which a rank waited for host-side communication on two or more
+    host timelines (:func:`~skewlens.replay.execution.waiting_timelines`: threads that issued blocking
+    collectives or p2p ops, or waited for one), before any process starts. The real replay's worker runs
+    all of a rank's timelines on one thread, in recorded start order, so such a rank would block in one
+    thread's op while its peer blocks in another's: a DDP job with a checkpoint thread's all_gather hung
+    until ``real.timeout_s`` (rank 0 in DDP's all_reduce ``0`` seq 10, rank 1 in the thread's allgather
+    ``2`` seq 5), then blamed "waiting for rank 1", which was not slow.
+
+    A rank with one such timeline is replayed, even where other threads issue asynchronous communication
+    (on communication streams, which are not timelines): the worker then blocks only where that thread
+    blocked, in its recorded order, and an asynchronous issue never blocks it. That is safe where each
+    collective is issued by the same thread on every rank, or its waits are on the issuing thread; it can
+    still deadlock where one rank's thread waits for an op that another rank issued asynchronously from a
+    second thread after a wait of its own that began earlier (serialised, the issue comes after that wait):
+    the trace cannot tell such a program apart, and ``real.timeout_s`` stops it."""
+    em = execution_model(run)
+    for r, rt in sorted(run.ranks.items()):
+        heads = waiting_timelines(rt, em.ranks[r])
+        if len(heads) < 2:
+            continue
+        shown = ", ".join(
+            f"stream {tl}: {'' if row == c else f'{rt.name(row)} waits for '}{_comm_label(run, rt, c)} ..."
+            for tl, row, c in heads[:4]
+        )
+        more = f", and {len(heads) - 4} more" if len(heads) > 4 else ""
+        raise ConfigError(
+            f"{run.run_dir}: cannot replay on real processes: rank {r} waits for collectives on {len(heads)} "
+            f"threads ({shown}{more}): the real replay runs a rank's threads on one thread and would "
+            "deadlock; replay by simulation (mode=sim) instead"
+        )
+
+
+def _comm_label(run: RunTrace, rt: RankTrace, i: int) -> str:
+    """``all_reduce group '0' seq 10 (node 15)``, ``send to rank 1 tag 0 (node 9)`` and the like."""
+    node = f"(node {rt.node_id[i]})"
+    if rt.node_type[i] == int(NodeType.COMM_COLL):
+        group = f" group {run.pg_names[rt.pg[i]]!r}" if rt.pg[i] >= 0 else ""
+        seq = f" seq {rt.seq[i]}" if rt.seq[i] >= 0 else ""
+        return f"{CommType(int(rt.comm_type[i])).name.lower()}{group}{seq} {node}"
+    if rt.node_type[i] == int(NodeType.COMM_SEND):
+        return f"send to rank {rt.dst[i]} tag {rt.tag[i]} {node}"
+    return f"recv from rank {rt.src[i]} tag {rt.tag[i]} {node}"
 
 
 def _config_fields(cfg: RealConfig) -> tuple[float, str, int | None, str, list[str] | None, str]:
@@ -253,6 +299,7 @@ def real_replay(
             f"{run_dir}: cannot replay on real processes: {no_trace_line(missing, m.world_size)}"
         )
     backend = preflight(run_dir, cfg, m)
+    check_threads(run)
     default_pg, groups = group_specs(run)
     firsts = {r: rm.t0_ns for r, rm in execution_model(run).ranks.items()}
     first = min(firsts.values(), default=0)
