@@ -307,7 +307,6 @@ def _replay_into(cfg: ReplayConfig, out_dir: Path, files: Path, progress: Progre
         )
         if real_api is not None:  # before anything is written or started
             check_real_matched(run)
-            real_api.check_threads(run)
             # comm_mode=model is refused in mode=real (ReplayConfig): sim's transfers are the recorded ones
             check_real_timeout(run, sim, cfg.real.timeout_s)
         summary = summarize(run, sim)

@@ -1393,39 +1393,6 @@ def _sync_groups(run: RunTrace) -> tuple[SyncGroup, ...]:
     return tuple(out)
 
 
-def waiting_timelines(rt: RankTrace, m: RankModel) -> list[tuple[int, int, int]]:
-    """The host timelines (see "Timelines": threads, not communication streams) on which the program
-    waited for host-side communication, each with the first row that waited there and the communication row
-    it waited for (the same row for a blocking call), in order of that row's start: ``[(timeline, row,
-    comm row)]``. A timeline waited where it holds a communication row (a blocking call: on
-    a host timeline, the call ran until the op was done) or a row with a start or wait edge from a
-    communication row of another stream (``Work.wait``, DDP's hidden wait for its buckets, a thread that
-    went on once another thread's collective completed). Communication streams (gloo's worker threads, the
-    asynchronous ops of a group) and GPU streams are not host timelines, and device communication (NCCL's)
-    is not host-side."""
-    comm = type_mask(rt.node_type, COMM_NODE_TYPES) & rt.is_cpu & m.valid
-    if not comm.any():
-        return []
-    comm_streams = _comm_streams(rt, m.valid)
-    timeline = _timelines(rt, m.valid, rt.start_ns + rt.dur_ns, comm_streams)
-    host = rt.is_cpu & m.valid
-    if comm_streams:
-        host &= ~np.isin(rt.stream, list(comm_streams))
-    src = np.concatenate([m.start_src, m.wait_src]).astype(np.int64)
-    dst = np.concatenate([m.start_dst, m.wait_dst]).astype(np.int64)
-    waited = comm[src] & host[dst] & ~(host[src] & (timeline[src] == timeline[dst]))
-    calls = np.flatnonzero(comm & host)
-    rows = np.concatenate([calls, dst[waited]])
-    on = np.concatenate([calls, src[waited]])
-    if rows.size == 0:
-        return []
-    order = np.lexsort((on, rows, rt.start_ns[rows]))
-    rows, on = rows[order], on[order]
-    _, first = np.unique(timeline[rows], return_index=True)
-    first = np.sort(first)
-    return [(int(timeline[rows[k]]), int(rows[k]), int(on[k])) for k in first]
-
-
 def _comm_streams(rt: RankTrace, valid: B) -> set[int]:
     """Host streams that carry the work of asynchronous communication: they hold only communication
     nodes, and some of them depend on a node of another stream (the thread that issued them). A thread

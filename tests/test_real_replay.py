@@ -19,7 +19,7 @@ from typing import Any
 
 import psutil
 import pytest
-from capture_helpers import EXAMPLE, profile, run_together
+from capture_helpers import EXAMPLE, profile, profile_script, run_together
 from replay_workloads import MS, STEPS, RankFactor, four_rank_run, worker_times
 from rich.console import Console
 
@@ -31,9 +31,8 @@ from skewlens.replay.config import DimensionConfig, RealConfig, ReplayConfig, Sl
 from skewlens.replay.driver import replay_run
 from skewlens.replay.effects import NO_EFFECTS, NoEffects
 from skewlens.replay.errors import ConfigError, ReplayError, ReplayTimeoutError
-from skewlens.replay.execution import execution_model, waiting_timelines
 from skewlens.replay.lower import collective_bytes, collective_pairs
-from skewlens.replay.real.api import check_threads, real_replay
+from skewlens.replay.real.api import real_replay, serial_deadlock
 from skewlens.replay.real.launch import TORCHRUN_LOGS, launcher_command, run_workers, waiting_for
 from skewlens.replay.real.plan import (
     KIND_COLL,
@@ -630,27 +629,45 @@ def test_mismatched_collective_types_are_refused_before_any_process_starts(tmp_p
     assert not (tmp_path / "out" / "real" / "work").exists()
 
 
-def _two_threads_run(tmp_path: Path) -> Path:
-    """DDP's all_reduce on the main thread (stream 0) beside a checkpoint thread's all_gather (stream 7, its
-    own group), in opposite orders on the two ranks: rank 0 enters the all_reduce first (1 ms) and waits
-    for rank 1's, which comes after rank 1's all_gather; concurrent threads, as recorded, complete both,
-    one thread in start order deadlocks."""
+def _two_threads_run(tmp_path: Path, *, crossed: bool = True) -> Path:
+    """DDP's all_reduce (on gloo's worker, stream 1000) that the main thread (stream 0) waits for, beside a
+    checkpoint thread's all_gather (stream 7, its own group, then the thread's next op). ``crossed``: in
+    opposite orders on the two ranks, as recorded on rank 0 the main thread waits for the all_reduce
+    (1.5 ms) before its checkpoint thread issues the all_gather (2 ms), and on rank 1 the checkpoint
+    thread waits in the all_gather (1 ms) before its main thread issues the all_reduce (3.5 ms):
+    concurrent threads complete both, one thread in start order deadlocks. Else rank 1 as rank 0."""
     b = RunBuilder(2, {"0": (0, 1), "ckpt": (0, 1)})
-    r0, r1 = b.rank(0).step(0), b.rank(1).step(0)
-    r0.compute("aten::mm", MS, start_ns=0)
-    r0.collective(CommType.ALL_REDUCE, 1024, 3 * MS, pg="0", start_ns=MS)  # ends at 4 ms, with rank 1's
-    r0.collective(CommType.ALL_GATHER, 4096, MS, pg="ckpt", start_ns=2 * MS, stream=7)
-    r1.compute("aten::mm", int(3.5 * MS), start_ns=0)
-    r1.collective(CommType.ALL_REDUCE, 1024, MS // 2, pg="0", start_ns=int(3.5 * MS))
-    r1.collective(CommType.ALL_GATHER, 4096, 2 * MS, pg="ckpt", start_ns=MS, stream=7)  # rank 0 comes at 2
+    for r in (0, 1):
+        rb = b.rank(r).step(0)
+        late = r == 1 and crossed
+        mm = rb.compute("aten::mm", int(3.5 * MS) if late else MS, start_ns=0)
+        at = int(3.5 * MS) if late else MS
+        ar = rb.collective(
+            CommType.ALL_REDUCE,
+            1024,
+            MS // 2 if late else 3 * MS,
+            pg="0",
+            start_ns=at,
+            stream=1000,
+            deps=(mm,),
+        )
+        rb.compute(
+            sorted(WAIT_NODE_NAMES)[0],
+            MS // 2 if late else int(2.5 * MS),
+            start_ns=at + MS // 10 if late else int(1.5 * MS),
+            deps=(ar,),
+        )
+        ag_at, ag_dur = (MS, 2 * MS) if late else (2 * MS, MS)
+        rb.collective(CommType.ALL_GATHER, 4096, ag_dur, pg="ckpt", start_ns=ag_at, stream=7)
+        rb.compute("ckpt_write", MS // 2, stream=7)
     return b.write(tmp_path / "run")
 
 
-def test_a_rank_whose_two_threads_wait_for_collectives_is_refused_before_any_process_starts(
+def test_threads_whose_collectives_would_deadlock_on_one_thread_are_refused_before_any_process_starts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # the real replay ran both threads on one: rank 0 blocked in the all_reduce, rank 1 in the all_gather,
-    # until real.timeout_s, then blamed "waiting for rank 1", which was not slow
+    # the real replay ran both threads on one: rank 0 blocked in its wait for the all_reduce, rank 1 in
+    # the all_gather, until real.timeout_s, then blamed a rank that was not slow
     run = _two_threads_run(tmp_path)
 
     def started(*_a: Any, **_k: Any) -> None:
@@ -658,10 +675,11 @@ def test_a_rank_whose_two_threads_wait_for_collectives_is_refused_before_any_pro
 
     monkeypatch.setattr("skewlens.replay.real.api.run_workers", started)
     want = (
-        r"cannot replay on real processes: rank 0 waits for collectives on 2 threads \(stream 0: "
-        r"all_reduce group '0' seq 0 \(node 2\) \.\.\., stream 7: all_gather group 'ckpt' seq 0 \(node 3\) "
-        r"\.\.\.\): the real replay runs a rank's threads on one thread and would deadlock; replay by "
-        r"simulation \(mode=sim\) instead$"
+        r"cannot replay on real processes: re-issued in recorded start order on one thread per rank \(a "
+        r"rank's threads run on one\), its communication would deadlock: rank 0 would wait for all_reduce "
+        r"group '0' seq 0 \(node 2\) of stream 1000, which rank\(s\) 1 would not have issued; rank 1 would "
+        r"wait at ckpt_write \(node 5, stream 7\) for all_gather group 'ckpt' seq 0 \(node 4\) of stream 7, "
+        r"which rank\(s\) 0 would not have issued; replay by simulation \(mode=sim\) instead$"
     )
     with pytest.raises(ConfigError, match=want):
         real_replay(run_dir=run, out_dir=tmp_path / "out", effects=NO_EFFECTS, cfg=CFG)
@@ -672,25 +690,86 @@ def test_a_rank_whose_two_threads_wait_for_collectives_is_refused_before_any_pro
     assert not (tmp_path / "out" / "real").exists() and not (tmp_path / "out2").exists()
 
 
-def test_a_thread_that_issues_asynchronous_collectives_and_waits_for_them_is_one_thread_not_refused(
+def test_threads_in_the_same_order_on_every_rank_are_replayed_on_one_thread_without_a_deadlock(
     tmp_path: Path,
 ) -> None:
-    # DDP's all_reduce on a communication stream (gloo's worker), issued and waited for by the main thread:
-    # the communication stream is no thread of the program's, so the main thread is the only one that waits
-    b = RunBuilder(2)
-    for r in (0, 1):
-        rb = b.rank(r).step(0)
-        mm = rb.compute("aten::mm", MS, start_ns=0)
-        ar = rb.collective(CommType.ALL_REDUCE, 1024, 3 * MS, start_ns=MS, stream=1000, deps=(mm,))
-        rb.compute("aten::add", 2 * MS, start_ns=MS)
-        rb.compute(sorted(WAIT_NODE_NAMES)[0], MS, start_ns=3 * MS, deps=(ar,))
-    run = load_run(b.write(tmp_path / "run"))
-    em = execution_model(run)
-    assert [[tl for tl, _row, _c in waiting_timelines(rt, em.ranks[r])] for r, rt in run.ranks.items()] == [
-        [0],
-        [0],
-    ]
-    check_threads(run)  # not refused
+    # the same two threads, but each rank waits for the all_reduce before its checkpoint thread's all_gather
+    run = load_run(_two_threads_run(tmp_path, crossed=False))
+    plans = {r: rank_plan(rt, run, NO_EFFECTS) for r, rt in run.ranks.items()}
+    assert serial_deadlock(run, plans) is None
+    crossed = load_run(_two_threads_run(tmp_path / "x"))
+    plans = {r: rank_plan(rt, crossed, NO_EFFECTS) for r, rt in crossed.ranks.items()}
+    assert serial_deadlock(crossed, plans) is not None
+    # one thread whose recorded calls cross (a then b on rank 0, b then a on rank 1): the check sees it too
+    b = RunBuilder(2, groups={"0": (0, 1), "a": (0, 1), "b": (0, 1)})
+    for r, order in ((0, ("a", "b")), (1, ("b", "a"))):
+        for g in order:
+            b.rank(r).step(0).collective(CommType.ALL_REDUCE, 1024, MS, pg=g)
+    one = load_run(b.write(tmp_path / "one"))
+    stuck = serial_deadlock(one, {r: rank_plan(rt, one, NO_EFFECTS) for r, rt in one.ranks.items()})
+    assert stuck == (
+        "rank 0 would wait for all_reduce group 'a' seq 0 (node 1) of stream 0, which rank(s) 1 would not "
+        "have issued; rank 1 would wait for all_reduce group 'b' seq 0 (node 1) of stream 0, which rank(s) 0 "
+        "would not have issued"
+    )
+
+
+METRICS_THREAD_SCRIPT = """
+import queue, threading, time
+import torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+torch.manual_seed(0)
+metrics_pg = dist.new_group(backend="gloo")
+model = DDP(torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 256)))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+mq, done = queue.Queue(), queue.Queue()
+
+def metrics():  # a metrics thread: all-reduces each step's loss on a group of its own
+    while (item := mq.get()) is not None:
+        if rank == 1:
+            time.sleep(0.02)  # rank 0's all_reduce waits 20 ms, while its main thread trains
+        dist.all_reduce(torch.tensor([item, 1.0]), group=metrics_pg)
+        done.put(1)
+
+t = threading.Thread(target=metrics)
+t.start()
+for step in range(8):
+    x = torch.randn(64, 256)
+    for _ in range(3):
+        y = model(x)
+    loss = y.pow(2).mean()
+    mq.put(float(loss.detach()))
+    loss.backward()
+    done.get()  # before the step's end (opt.step) on every rank: the capture's step window cuts none
+    opt.step()
+    opt.zero_grad()
+mq.put(None)
+t.join()
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+def test_a_captured_ddp_job_with_a_metrics_thread_in_the_same_order_on_every_rank_is_replayed(
+    tmp_path: Path,
+) -> None:
+    # DDP's main thread waits for its gradient all_reduces and a metrics thread all-reduces on a group of
+    # its own: two threads that wait for collectives, which one worker thread replays without a deadlock
+    # where their order agrees across ranks (refusing every run with two such threads refused this one)
+    run, proc = profile_script(tmp_path, METRICS_THREAD_SCRIPT, nproc=2, steps="1:1:6")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    captured = load_run(run)
+    plans = {r: rank_plan(rt, captured, NO_EFFECTS) for r, rt in captured.ranks.items()}
+    assert serial_deadlock(captured, plans) is None
+    result = real_replay(run_dir=run, out_dir=tmp_path / "out", effects=NO_EFFECTS, cfg=CFG)
+    assert [(r.rank, len(r.replay_ns)) for r in result.ranks] == [(0, 6), (1, 6)]
+    replayed = load_run(result.run_dir)
+    assert sorted(replayed.process_groups[c.pg_name].ranks for c in replayed.collectives) == sorted(
+        captured.process_groups[c.pg_name].ranks for c in captured.collectives
+    )
 
 
 @pytest.mark.slow
@@ -1248,10 +1327,13 @@ def test_an_all_to_all_whose_members_send_unequal_amounts_is_re_executed(tmp_pat
 
 @pytest.mark.slow
 def test_deadlocked_collectives_abort_every_rank_within_the_timeout_with_one_clear_error(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Both ranks are in groups "a" and "b"; rank 0 calls a then b, rank 1 b then a. Every (group, seq)
-    # matches, so the store's checks pass, but the real collectives wait for each other for ever.
+    # matches, so the store's checks pass, but the real collectives wait for each other for ever. The
+    # plan's deadlock check refuses this run up front; here it is left out, so that the watchdog is tested
+    # on a deadlock it would not foresee
+    monkeypatch.setattr("skewlens.replay.real.api.serial_deadlock", lambda *_a: None)
     b = RunBuilder(2, groups={"0": (0, 1), "a": (0, 1), "b": (0, 1)})
     for r, order in ((0, ("a", "b")), (1, ("b", "a"))):
         rb = b.rank(r).step(0)

@@ -44,12 +44,14 @@ from skewlens.profiler.store.model import RankTrace
 from skewlens.profiler.vocab import CommType, NodeType
 from skewlens.replay.effects import Effects
 from skewlens.replay.errors import ConfigError, ReplayError
-from skewlens.replay.execution import execution_model, waiting_timelines
+from skewlens.replay.execution import execution_model
 from skewlens.replay.outputs import REAL_FAILED_DIR, REAL_RUN_DIR, REAL_WORK_DIR, check_trace_outside
 from skewlens.replay.real.capture import finish_capture
 from skewlens.replay.real.launch import TORCHRUN_LOGS, launcher_command, launcher_log, run_workers
 from skewlens.replay.real.plan import (
     ERROR_FILE,
+    KIND_COMPUTE,
+    KIND_NESTED,
     PROGRESS_FILE,
     RESULT_FILE,
     PlanMeta,
@@ -95,39 +97,6 @@ def check_host_memory(nproc: int, available: int, run_dir: Path) -> None:
         )
 
 
-def check_threads(run: RunTrace) -> None:
-    """Refuse a real replay of a run in which a rank waited for host-side communication on two or more
-    host timelines (:func:`~skewlens.replay.execution.waiting_timelines`: threads that issued blocking
-    collectives or p2p ops, or waited for one), before any process starts. The real replay's worker runs
-    all of a rank's timelines on one thread, in recorded start order, so such a rank would block in one
-    thread's op while its peer blocks in another's: a DDP job with a checkpoint thread's all_gather hung
-    until ``real.timeout_s`` (rank 0 in DDP's all_reduce ``0`` seq 10, rank 1 in the thread's allgather
-    ``2`` seq 5), then blamed "waiting for rank 1", which was not slow.
-
-    A rank with one such timeline is replayed, even where other threads issue asynchronous communication
-    (on communication streams, which are not timelines): the worker then blocks only where that thread
-    blocked, in its recorded order, and an asynchronous issue never blocks it. That is safe where each
-    collective is issued by the same thread on every rank, or its waits are on the issuing thread; it can
-    still deadlock where one rank's thread waits for an op that another rank issued asynchronously from a
-    second thread after a wait of its own that began earlier (serialised, the issue comes after that wait):
-    the trace cannot tell such a program apart, and ``real.timeout_s`` stops it."""
-    em = execution_model(run)
-    for r, rt in sorted(run.ranks.items()):
-        heads = waiting_timelines(rt, em.ranks[r])
-        if len(heads) < 2:
-            continue
-        shown = ", ".join(
-            f"stream {tl}: {'' if row == c else f'{rt.name(row)} waits for '}{_comm_label(run, rt, c)} ..."
-            for tl, row, c in heads[:4]
-        )
-        more = f", and {len(heads) - 4} more" if len(heads) > 4 else ""
-        raise ConfigError(
-            f"{run.run_dir}: cannot replay on real processes: rank {r} waits for collectives on {len(heads)} "
-            f"threads ({shown}{more}): the real replay runs a rank's threads on one thread and would "
-            "deadlock; replay by simulation (mode=sim) instead"
-        )
-
-
 def _comm_label(run: RunTrace, rt: RankTrace, i: int) -> str:
     """``all_reduce group '0' seq 10 (node 15)``, ``send to rank 1 tag 0 (node 9)`` and the like."""
     node = f"(node {rt.node_id[i]})"
@@ -138,6 +107,75 @@ def _comm_label(run: RunTrace, rt: RankTrace, i: int) -> str:
     if rt.node_type[i] == int(NodeType.COMM_SEND):
         return f"send to rank {rt.dst[i]} tag {rt.tag[i]} {node}"
     return f"recv from rank {rt.src[i]} tag {rt.tag[i]} {node}"
+
+
+def serial_deadlock(run: RunTrace, plans: dict[int, list[ReplayOp]]) -> str | None:
+    """Where the workers, each running its rank's ``plans`` on one thread in plan order, would wait for each
+    other for ever: one line naming each rank's op it would stop at and what that op waits for; None where
+    every rank gets through. An op waits (as :class:`~skewlens.replay.real.worker.Runner` does) for the
+    communication it depends on (start and wait dependencies) and, issued blocking, for itself; a member
+    of a sync group completes once the arrivals its :attr:`~skewlens.replay.execution.SyncGroup.waits_for`
+    names were issued (an eager send at its own arrival); communication of no sync group, GPU work and
+    nested ops hold nothing. Issuing inside a host op (``issues_inside``) is taken at the op's own turn,
+    which is never earlier than the worker issues it."""
+    em = execution_model(run)
+    member: dict[tuple[int, int], tuple[int, int]] = {}
+    for g, sg in enumerate(em.syncs):
+        for k, (r, row) in enumerate(zip(sg.ranks, sg.rows, strict=True)):
+            member[r, row] = (g, k)
+    arrived: list[set[int]] = [set() for _ in em.syncs]
+
+    def done(r: int, row: int) -> bool:
+        if (r, row) not in member:
+            return True
+        g, k = member[r, row]
+        sg = em.syncs[g]
+        if sg.detached[k]:
+            return k in arrived[g]
+        w = sg.waits_for[k]
+        return len(arrived[g]) == len(sg.ranks) if w < 0 else w in arrived[g]
+
+    ops = {r: [o for o in p if o.kind != KIND_NESTED and not o.gpu] for r, p in plans.items()}
+    at = dict.fromkeys(ops, 0)
+    issued: dict[int, set[int]] = {r: set() for r in ops}
+    moved = True
+    while moved:
+        moved = False
+        for r, seq in ops.items():
+            while at[r] < len(seq):
+                op = seq[at[r]]
+                if not all(done(r, d) for d in (*op.deps, *op.wait_deps) if d in issued[r]):
+                    break
+                if op.row not in issued[r] and op.kind != KIND_COMPUTE:
+                    issued[r].add(op.row)
+                    if (r, op.row) in member:
+                        g, k = member[r, op.row]
+                        arrived[g].add(k)
+                    moved = True
+                if op.blocking and not done(r, op.row):
+                    break
+                at[r] += 1
+                moved = True
+    stuck = [r for r in ops if at[r] < len(ops[r])]
+    if not stuck:
+        return None
+    parts = []
+    for r in stuck[:4]:
+        op = ops[r][at[r]]
+        rt = run.ranks[r]
+        waits = [d for d in (*op.deps, *op.wait_deps) if d in issued[r] and not done(r, d)]
+        c = waits[0] if waits else op.row
+        g, _k = member[r, c]
+        late = ", ".join(str(x) for j, x in enumerate(em.syncs[g].ranks) if j not in arrived[g])
+        where = (
+            "" if c == op.row else f"at {rt.name(op.row)} (node {op.node_id}, stream {rt.stream[op.row]}) "
+        )
+        parts.append(
+            f"rank {r} would wait {where}for {_comm_label(run, rt, c)} of stream {rt.stream[c]}, "
+            f"which rank(s) {late} would not have issued"
+        )
+    more = f"; and {len(stuck) - 4} more rank(s)" if len(stuck) > 4 else ""
+    return "; ".join(parts) + more
 
 
 def _config_fields(cfg: RealConfig) -> tuple[float, str, int | None, str, list[str] | None, str]:
@@ -299,11 +337,16 @@ def real_replay(
             f"{run_dir}: cannot replay on real processes: {no_trace_line(missing, m.world_size)}"
         )
     backend = preflight(run_dir, cfg, m)
-    check_threads(run)
     default_pg, groups = group_specs(run)
     firsts = {r: rm.t0_ns for r, rm in execution_model(run).ranks.items()}
     first = min(firsts.values(), default=0)
     plans = all_to_all_splits(run, {r: rank_plan(rt, run, effects) for r, rt in sorted(run.ranks.items())})
+    if (stuck := serial_deadlock(run, plans)) is not None:
+        raise ConfigError(
+            f"{run_dir}: cannot replay on real processes: re-issued in recorded start order on one thread "
+            f"per rank (a rank's threads run on one), its communication would deadlock: {stuck}; replay by "
+            "simulation (mode=sim) instead"
+        )
     out_run = root / REAL_RUN_DIR
     work = root / REAL_WORK_DIR
     plan_dir, work_dir = work / "plan", work / "work"
