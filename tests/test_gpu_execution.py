@@ -31,7 +31,7 @@ from skewlens.profiler.store.model import RunTrace
 from skewlens.profiler.synth import RunBuilder
 from skewlens.profiler.synth_gpu import GpuRunSpec, simulate_gpu_run, write_gpu_run
 from skewlens.replay.driver import load_trace
-from skewlens.replay.execution import execution_model, latest_deps
+from skewlens.replay.execution import RankModel, execution_model, latest_deps, launch_times
 from skewlens.replay.outputs import slowest_rank_steps
 from skewlens.replay.simulate import Simulator, simulate, step_times_from_spans
 from skewlens.replay.slowdown import Slowdown, SlowdownModel
@@ -1185,19 +1185,26 @@ def test_a_kernel_launched_after_its_op_waited_moves_with_the_wait(tmp_path: Pat
     assert int(fast.end_ns[0][row["aten::index"]]) == int(base.end_ns[0][row["aten::index"]]) - 50_000
 
 
+def _launch_between_waits(tmp_path: Path) -> tuple[RunTrace, RankModel, dict[str, int], int]:
+    """:func:`_sync_then_launch_run` with ``again`` (``index_kernel`` launched between two waits of
+    ``aten::index``): the run, its rank's model, its rows by name and ``index_kernel``'s launch edge."""
+    run = _sync_then_launch_run(tmp_path, again=True)
+    rt, m = run.ranks[0], execution_model(run).ranks[0]
+    row = {rt.name(i): i for i in range(len(rt))}
+    return run, m, row, int(np.flatnonzero(m.launch_dst == row["index_kernel"])[0])
+
+
 def test_a_launch_between_two_waits_of_its_op_moves_with_the_first_wait_not_the_second(
     tmp_path: Path,
 ) -> None:
     # aten::index waits for gemm (until 105 us), launches index_kernel (call at 110), then waits for it:
     # the launch follows the first wait, 5 us after it ended, not the op's whole wait (which includes the
     # kernel it launches)
-    run = _sync_then_launch_run(tmp_path, again=True)
-    rt, m = run.ranks[0], execution_model(run).ranks[0]
-    row = {rt.name(i): i for i in range(len(rt))}
+    run, m, row, edge = _launch_between_waits(tmp_path)
+    rt = run.ranks[0]
     op, k = row["aten::index"], row["index_kernel"]
     waits = sorted(m.wait_src[m.wait_dst == op].tolist())
     assert waits == sorted([row["gemm"], k])  # it waited for both
-    edge = int(np.flatnonzero(m.launch_dst == k)[0])
     assert int(m.launch_waited_ns[edge]) == 105_000 - 20_000  # the wait before the call ended at 105 us
     assert m.part_wait_src[m.part_wait_edge == edge].tolist() == [row["gemm"]]
     base = simulate(run)
@@ -1221,6 +1228,31 @@ def test_a_launch_between_two_waits_of_its_op_moves_with_the_first_wait_not_the_
     dur[row["gemm"]] = 50_000
     what_if = sim.simulate(dur_override={0: dur})
     assert int(base.start_ns[0][k]) - int(what_if.start_ns[0][k]) == 50_000
+
+
+def test_a_launch_between_two_waits_stays_as_long_after_the_first_wait_whatever_work_its_op_is_given(
+    tmp_path: Path,
+) -> None:
+    # aten::index (20-120 us) waits for gemm until 105, calls index_kernel's launch at 110, then waits for
+    # it until 119, then works 1 us: the call lies in its wait, not its work, so a what-if that gives the op
+    # 30 us of work (launch_offsets: a call made between two waits is not scaled) still meets the launch
+    # 110 - 105 = 5 us after gemm's end, at 110 us, and the op ends 30 us after its last wait, at 149 us;
+    # scaled by the op's work factor (30x, within its 30 us of work) the call would be met at 135 us
+    run, m, row, edge = _launch_between_waits(tmp_path)
+    op, k = row["aten::index"], row["index_kernel"]
+    assert int(m.work_ns[op]) == 1_000 and bool(m.launch_at_arrival[edge])
+    dur = np.full(len(run.ranks[0]), -1, dtype=np.int64)
+    dur[op] = 30_000
+    sim = Simulator(run)
+    sim.simulate()  # then a what-if, as blame and the critical path run them
+    res = sim.simulate(dur_override={0: dur})
+    start, end = res.start_ns[0], res.end_ns[0]
+    assert (int(start[op]), int(end[op])) == (20_000, 149_000)
+    assert int(end[row["gemm"]]) == 105_000
+    assert int(start[k]) == 114_000  # the call at 110 us, then the recorded 4 us to the kernel
+    assert int(launch_times(m, start, end)[edge]) == 105_000 + (110_000 - 105_000)
+    dep, met = latest_deps(m, start, end)
+    assert (int(dep[k]), int(met[k])) == (op, 110_000)
 
 
 def test_the_critical_path_goes_from_a_launch_between_two_waits_to_the_copy_the_first_wait_waited_for(
