@@ -42,9 +42,11 @@ reduce_scatter and all_gather: ``(p0−1)(α0 + S/(p0·B0)) + (p1−1)(α1 + S/(
 scatter: ``(p0−1)α0 + (p−1)/p·S/B0 + (p1−1)(α1 + S/(p0·p1·B1))``, ``p`` the members (a gather's pieces
 cross nodes on every NIC of the root's node, then go on to the root inside it, as NCCL's PXN routes them:
 the root's own port takes every piece but its own, ``(p−1)/p`` of ``S``, not a reduce_scatter's
-``(p0−1)/p0``, half of it at ``p0 = 2``); other types (broadcast, reduce) use the flat ring over the
-slowest dimension. The ``p0`` inter-node rings run at once, and the inter-node phase's
-``(p1−1)/(p0·p1)·S/B1`` is, in general, ``(p1−1)α1 + L·S/B1`` with ``L`` what the busiest outer link
+``(p0−1)/p0``, half of it at ``p0 = 2``; at one member per node, ``p0 = 1``, the intra-node term is skipped:
+each piece reaches the root through the NIC on the root's rail, never through its port inside the node);
+other types (broadcast, reduce) use the flat ring over the slowest dimension. The ``p0`` inter-node
+rings run at once, and the inter-node phase's ``(p1−1)/(p0·p1)·S/B1`` is, in general,
+``(p1−1)α1 + L·S/B1`` with ``L`` what the busiest outer link
 carries per byte of ``S`` (``Topology.outer_load``): a node with ``m`` of the ``p`` members imports the
 others' ``(p−m)/p`` of ``S`` over its members' links, ``k`` of them on its busiest link,
 ``L = k·(p−m)/(p·m)`` at the node where that is largest. Nodes that each hold ``p0`` members on links of
