@@ -709,19 +709,25 @@ def test_an_added_group_entry_is_checked_as_a_chosen_one_where_the_users_primary
     assert not (tmp_path / "o").exists()
 
 
-def test_an_item_of_a_list_is_checked_against_the_entry_a_forced_override_names(
-    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    ("added", "says"),
+    [
+        ("++topology=two_node_ib", "a group's entry is chosen, not added: give topology=two_node_ib"),
+        (
+            "+topology=two_node_ib",
+            "replay.yaml chooses a topology already; give topology=two_node_ib, without the +",
+        ),
+    ],
+)
+def test_an_added_group_entry_is_refused_before_an_item_of_its_list_is_checked(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], added: str, says: str
 ) -> None:
-    # the check read '++topology=two_node_ib' as no choice and named the default: "topology switch has 1 item"
-    args = ["replay", f"trace={run_dir}", f"out={tmp_path / 'o'}", "++topology=two_node_ib"]
-    assert skewlens_main([*args, "topology.dims.5.bandwidth_gbps=5"]) == 2
-    has = (
-        "topology two_node_ib has 2 items in topology.dims (numbered from 0); give the whole list, "
-        "topology.dims=[...], or choose a topology that has item 5"
-    )
-    assert capsys.readouterr().err.strip().splitlines() == [
-        f"skewlens replay: error: topology.dims.5.bandwidth_gbps: {has}"
-    ]
+    # the item check ran first and said what the added entry lacks ("topology two_node_ib has 2 items in
+    # topology.dims"), where what is wrong is the + (Hydra takes neither): fixed, the item was still missing
+    args = ["replay", f"trace={run_dir}", f"out={tmp_path / 'o'}", added, "topology.dims.5.bandwidth_gbps=5"]
+    assert skewlens_main(args) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [f"skewlens replay: error: {added}: {says}"]
+    assert not (tmp_path / "o").exists()
 
 
 def test_an_item_of_a_list_is_checked_against_the_entry_hydra_takes_the_bundled_one_before_the_users(

@@ -963,6 +963,9 @@ def _declared(key: str, *, refuse_unknown: bool = False) -> tuple[Any, dataclass
 #: Hydra's groups of plugins, whose entry its own config chooses (``basic``).
 PLUGIN_GROUPS = ("hydra/launcher", "hydra/sweeper")
 
+#: The groups whose entry a ``+``/``++`` override may not add (:func:`_check_group_add`).
+_ADDED_GROUPS = (*CHECKED_GROUPS, "topology", *PLUGIN_GROUPS)
+
 
 def _check_add(o: Override, args: list[str], values: list[Any]) -> None:
     """``+key=value`` (``++key=value``) adds ``key`` to the config: a key the schema does not have is one line
@@ -976,12 +979,8 @@ def _check_add(o: Override, args: list[str], values: list[Any]) -> None:
     if not (o.is_add() or o.is_force_add()):
         return
     plain = (o.input_line or key).lstrip("+")
-    if key in (*CHECKED_GROUPS, "topology", *PLUGIN_GROUPS):
-        if o.is_force_add():  # Hydra's "force-add of config groups is not supported", in three lines
-            raise ConfigError(f"{o.input_line}: a group's entry is chosen, not added: give {plain}")
-        if key in PLUGIN_GROUPS or not _own_primary_config(args):  # Hydra's config chooses basic ones
-            what = "Hydra" if key in PLUGIN_GROUPS else "replay.yaml"
-            raise ConfigError(f"{o.input_line}: {what} chooses a {key} already; give {plain}, without the +")
+    if key in _ADDED_GROUPS:
+        _check_group_add(o, args)
         return
     if key.startswith("hydra"):
         return
@@ -995,6 +994,34 @@ def _check_add(o: Override, args: list[str], values: list[Any]) -> None:
         raise ConfigError(
             f"{o.input_line}: {key} has a value already (+ adds a key the config lacks); give {plain}"
         )
+
+
+def _check_group_add(o: Override, args: list[str]) -> None:
+    """``+group=entry`` (``++group=entry``) of a group ``replay.yaml`` (or Hydra's config) chooses an entry
+    of, or any ``++`` of a group: a one-line :class:`ConfigError` saying to give ``group=entry``
+    (:func:`_check_add`)."""
+    key = o.key_or_group
+    plain = (o.input_line or key).lstrip("+")
+    if o.is_force_add():  # Hydra's "force-add of config groups is not supported", in three lines
+        raise ConfigError(f"{o.input_line}: a group's entry is chosen, not added: give {plain}")
+    if key in PLUGIN_GROUPS or not _own_primary_config(args):  # Hydra's config chooses basic ones
+        what = "Hydra" if key in PLUGIN_GROUPS else "replay.yaml"
+        raise ConfigError(f"{o.input_line}: {what} chooses a {key} already; give {plain}, without the +")
+
+
+def check_group_adds(args: list[str]) -> None:
+    """Each ``+``/``++`` override of a group's entry in ``args`` that :func:`_check_group_add` refuses, before
+    the checks that read the chosen entries (:func:`check_list_items`), so that the first line says what is
+    wrong: ``++topology=two_node_ib topology.dims.5.bandwidth_gbps=5`` said that two_node_ib has 2 items,
+    not that a group's entry is chosen, not added. Overrides Hydra's grammar refuses are left to
+    :func:`check_types`."""
+    try:
+        overrides = OverridesParser.create().parse_overrides([a for a in args if a.startswith("+")])
+    except OverrideParseException:
+        return  # check_types says how to quote it
+    for o in overrides:
+        if (o.is_add() or o.is_force_add()) and o.key_or_group in _ADDED_GROUPS:
+            _check_group_add(o, args)
 
 
 #: The schema of each config group's entries, against which a YAML file of the user's is checked.
@@ -1400,6 +1427,7 @@ def main(argv: list[str] | None = None) -> int:
     check_config_path(args)
     check_groups(args)
     check_launcher(args)
+    check_group_adds(args)
     check_list_items(args)
     check_types(args)
     check_primary_config(args)
