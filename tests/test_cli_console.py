@@ -293,7 +293,9 @@ def test_sigterm_stops_analyze_and_export_as_ctrl_c_does_leaving_no_staging_dire
     else:  # rank 0 exported, rank 1 not
         export_rank = parquet._export_rank
         monkeypatch.setattr(
-            parquet, "_export_rank", lambda f, r, *a: terminated() if r == 1 else export_rank(f, r, *a)
+            parquet,
+            "_export_rank",
+            lambda f, r, *a, **k: terminated() if r == 1 else export_rank(f, r, *a, **k),
         )
         argv = ["export", str(run), "--out", str(out), "--workers", "1", "--no-progress"]
     assert main(argv) == 130
