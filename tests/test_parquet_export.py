@@ -863,6 +863,50 @@ def test_a_file_of_a_newer_or_unnamed_version_or_missing_a_column_is_refused_and
         read_table(h, NodeRecord)
 
 
+def test_a_file_too_old_or_too_new_to_read_says_which_command_writes_it_again_or_to_upgrade(
+    tmp_path: Path,
+) -> None:
+    # the refusal said only 'schema version 2 (this skewlens reads 4 to 16)': an upgraded user with a
+    # version-2 export, analysis and sweep (skewlens at 176e06a) was not told what to do with them
+    from skewlens.profiler.store.schema import NodeRecord, table_from_records, write_table
+
+    current = table_from_records(NodeRecord, [_node_record()], "nodes")
+    remade = {
+        "nodes": "skewlens export RUN --out DIR",
+        "collectives": "skewlens export RUN --out DIR",
+        "blame": "skewlens analyze RUN --out DIR",
+        "step_breakdown": "skewlens analyze RUN --out DIR",
+        "summary": "skewlens replay trace=RUN out=DIR",
+        "sweep": "skewlens replay -m trace=RUN out=DIR ...",
+    }
+    for table, how in remade.items():
+        f = write_table(
+            current.replace_schema_metadata({META_VERSION: b"2", META_TABLE: table.encode()}),
+            tmp_path / f"{table}.parquet",
+        )
+        with pytest.raises(SkewlensError) as e:
+            read_table(f)
+        assert str(e.value) == (
+            f"{f}: schema version 2 (this skewlens reads 4 to {SCHEMA_VERSION}): written by an older "
+            f"skewlens; write it again from its run with this one: {how}"
+        )
+    newer = str(int(SCHEMA_VERSION) + 1)
+    g = write_table(
+        current.replace_schema_metadata({META_VERSION: newer.encode(), META_TABLE: b"nodes"}),
+        tmp_path / "newer.parquet",
+    )
+    with pytest.raises(SkewlensError) as e:
+        read_table(g)
+    assert str(e.value).endswith("written by a newer skewlens; read it with that one, or upgrade")
+    h = write_table(current.replace_schema_metadata({}), tmp_path / "unnamed.parquet")
+    with pytest.raises(SkewlensError) as e:
+        read_table(h)
+    assert str(e.value).endswith(
+        f"schema version missing (this skewlens reads 4 to {SCHEMA_VERSION}): not a file this skewlens wrote,"
+        " or written by an older one; write it again from its run"
+    )
+
+
 def test_an_export_with_errors_keeps_the_rank_of_an_all_to_all_with_inconsistent_splits_without_them(
     tmp_path: Path,
 ) -> None:

@@ -299,16 +299,39 @@ def read_table(path: str | Path, cls: type | None = None, columns: Sequence[str]
     return tbl
 
 
+#: The command that writes each table, for a file this skewlens cannot read: an export's tables, the
+#: replay's; every other table skewlens writes is an analysis's.
+_EXPORT_TABLES = ("nodes", "deps", "model", "collectives", "p2p", "ranks", "groups")
+_REPLAY_TABLES = ("timeline", "summary")
+
+
+def _remake(table: str) -> str:
+    """What to do with a file of a version this skewlens cannot read: write it again from its run."""
+    if table in _EXPORT_TABLES:
+        how = "skewlens export RUN --out DIR"
+    elif table in _REPLAY_TABLES:
+        how = "skewlens replay trace=RUN out=DIR"
+    elif table == "sweep":
+        how = "skewlens replay -m trace=RUN out=DIR ..."
+    elif table:
+        how = "skewlens analyze RUN --out DIR"
+    else:
+        return "not a file this skewlens wrote, or written by an older one; write it again from its run"
+    return f"written by an older skewlens; write it again from its run with this one: {how}"
+
+
 def added_since(p: Path, meta: Mapping[bytes, bytes]) -> tuple[str, ...]:
     """The columns of ``p``'s table added since the version it was written with; refused unless that version
     is one this skewlens reads."""
     found = meta.get(META_VERSION)
     text = found.decode(errors="replace") if found else "missing"
-    if not text.isdecimal() or not OLDEST_READABLE <= int(text) <= int(SCHEMA_VERSION):
-        raise SkewlensError(
-            f"{p}: schema version {text} (this skewlens reads {OLDEST_READABLE} to {SCHEMA_VERSION})"
-        )
     table = meta.get(META_TABLE, b"").decode(errors="replace")
+    if not text.isdecimal() or not OLDEST_READABLE <= int(text) <= int(SCHEMA_VERSION):
+        newer = text.isdecimal() and int(text) > int(SCHEMA_VERSION)
+        raise SkewlensError(
+            f"{p}: schema version {text} (this skewlens reads {OLDEST_READABLE} to {SCHEMA_VERSION}): "
+            + ("written by a newer skewlens; read it with that one, or upgrade" if newer else _remake(table))
+        )
     return tuple(
         c for v in range(int(text) + 1, int(SCHEMA_VERSION) + 1) for c in ADDED_IN.get(v, {}).get(table, ())
     )
