@@ -1117,6 +1117,18 @@ def test_the_documented_two_run_comparison_lines_up_steps_collectives_and_ops_of
         ("0", 0, 1, 0, 2, 0, None, 4, None, 4, None, 0, None, 1_000),
         ("0", 0, 1, 0, 2, 1, None, 4, None, 4, None, 0, None, 1_000),
     ]
+    # run a exported by a skewlens before p2p.step (version 12), as an upgraded user keeps it: the docs say
+    # the breakdown, collectives and ops queries read it as they are, and the send/recv query fails by name
+    # rather than reading its pairs as of no step
+    pairs = pq.read_table("FLEET/run=a/p2p.parquet").drop_columns(["step"])
+    pq.write_table(
+        pairs.replace_schema_metadata({META_VERSION: b"12", META_TABLE: b"p2p"}), "FLEET/run=a/p2p.parquet"
+    )
+    assert len(duckdb.sql(collectives).fetchall()) == len(duckdb.sql(breakdown).fetchall()) // 3 == 4
+    assert len(duckdb.sql(ops).fetchall()) == 4
+    with pytest.raises(duckdb.BinderException, match='Referenced column "step" not found'):
+        duckdb.sql(p2p).fetchall()
+    assert "with a run exported by an older skewlens\nthe query fails" in section
 
 
 def test_two_runs_exports_have_the_same_schemas_and_an_empty_table_is_a_typed_file(tmp_path: Path) -> None:
