@@ -135,9 +135,9 @@ class StepBreakdownRecord:
     that crashed, read with a warning or ``--lenient``; a rank whose trace ends before it): the other
     ranks' waits on it are not in the tables. False too for one some of whose communication is not in every
     trace (a flight recorder lost collectives, declared in the manifest's ``lost_collectives``, a rank
-    stopped inside the step, or a thread issued collectives across the window's end): that was left out of
-    matching, so its waits and transfers are partial. Before schema version 16, true of a step every
-    present trace had whole, a rank of the run missing."""
+    stopped inside the step, or a thread issued collectives across the window's start or end): that was
+    left out of matching, so its waits and transfers are partial. Before schema version 16, true of a step
+    every present trace had whole, a rank of the run missing."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

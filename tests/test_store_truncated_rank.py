@@ -84,7 +84,7 @@ def test_communication_with_a_rank_after_its_last_step_is_left_out_and_its_steps
     assert said == (
         "incomplete step 2: some of its communication is not in every trace (a flight recorder lost "
         "collectives, a rank stopped inside the step, or a thread issued collectives across the window's "
-        "end: see skewlens check); it was left out of matching, so that step's waits are partial"
+        "start or end: see skewlens check); it was left out of matching, so that step's waits are partial"
     )
 
 
@@ -95,7 +95,7 @@ def test_the_note_of_several_incomplete_steps_says_them_in_the_plural(tmp_path: 
     assert said == (
         "incomplete steps 1-2: some of their communication is not in every trace (a flight recorder lost "
         "collectives, a rank stopped inside the step, or a thread issued collectives across the window's "
-        "end: see skewlens check); it was left out of matching, so those steps' waits are partial"
+        "start or end: see skewlens check); it was left out of matching, so those steps' waits are partial"
     )
 
 
@@ -211,10 +211,18 @@ def test_a_rank_that_crashes_after_its_steps_collectives_leaves_a_run_that_loads
     simulate(rt)
 
 
-def _async_tail_run(tmp_path: Path, *, rank1_ckpt_in_last_step: int, tail_step: int = 2) -> Path:
-    """Ranks 0 and 1, three steps of an all_reduce on the world; a background thread (stream 1) issues a
-    checkpoint's collectives on group 'ckpt': two in step ``tail_step`` on rank 0, and
-    ``rank1_ckpt_in_last_step`` on rank 1 (the rest came after its window closed)."""
+def _async_tail_run(
+    tmp_path: Path,
+    *,
+    rank1_ckpt_in_last_step: int,
+    tail_step: int = 2,
+    source: str = "synthetic",
+    ckpt_stream: int = 1,
+) -> Path:
+    """Ranks 0 and 1, three steps of an all_reduce on the world; a background thread (stream
+    ``ckpt_stream``) issues a checkpoint's collectives on group 'ckpt': two in step ``tail_step`` on rank 0,
+    and ``rank1_ckpt_in_last_step`` on rank 1 (the rest came after its window closed). ``source``: the
+    manifest's (``capture``: stream 0 is the thread that marks steps)."""
     b = RunBuilder(world_size=2, groups={"0": (0, 1), "ckpt": (0, 1)})
     for step in range(3):
         for r in (0, 1):
@@ -223,8 +231,10 @@ def _async_tail_run(tmp_path: Path, *, rank1_ckpt_in_last_step: int, tail_step: 
             rb.collective(CommType.ALL_REDUCE, comm_bytes=MIB, dur_ns=500)
             if step == tail_step:
                 for _ in range(2 if r == 0 else rank1_ckpt_in_last_step):
-                    rb.collective(CommType.ALL_GATHER, comm_bytes=8, dur_ns=300, pg="ckpt", stream=1)
-    return b.write(tmp_path / "run")
+                    rb.collective(
+                        CommType.ALL_GATHER, comm_bytes=8, dur_ns=300, pg="ckpt", stream=ckpt_stream
+                    )
+    return b.write(tmp_path / "run", source=source)
 
 
 def test_collectives_a_thread_issued_across_the_windows_end_on_one_rank_only_leave_the_last_step_incomplete(
@@ -275,11 +285,86 @@ def test_a_manifest_whose_step_marks_are_not_in_order_finds_the_same_window_tail
     assert load_run(run).incomplete_steps == (2,)
 
 
-def test_a_collective_missing_on_one_rank_before_the_last_step_is_still_a_mismatch(tmp_path: Path) -> None:
-    run = _async_tail_run(tmp_path, rank1_ckpt_in_last_step=1, tail_step=1)
+def test_a_side_threads_collective_one_rank_had_not_issued_by_the_windows_end_is_a_tail_in_any_step(
+    tmp_path: Path,
+) -> None:
+    # a checkpoint thread beside the steps (stream 1 of a capture) issued seq 1 in step 1 on rank 0; rank
+    # 1's, slower, had not by the end of step 2. Before, only a tail in the last step was one: this run was
+    # refused (collective-count error), though every step window agrees and nothing is missing in between
+    run = _async_tail_run(tmp_path, rank1_ckpt_in_last_step=1, tail_step=1, source="capture")
+    warn = _the_warning(run, "window-tail")
+    assert warn.message.startswith("group 'ckpt' seq 1: rank 0 issued it before the recording window closed")
+    assert "leaving step 1 incomplete" in warn.message
+    rt = load_run(run)
+    assert rt.incomplete_steps == (1,)
+    assert sorted((i.pg_name, i.seq) for i in rt.collectives) == [("0", 0), ("0", 1), ("0", 2), ("ckpt", 0)]
+
+
+def test_a_collective_the_step_thread_issued_on_one_rank_only_before_the_last_step_is_still_a_mismatch(
+    tmp_path: Path,
+) -> None:
+    # the thread that marks steps (stream 0 of a capture) issues inside the steps on every rank alike
+    run = _async_tail_run(tmp_path, rank1_ckpt_in_last_step=1, tail_step=1, source="capture", ckpt_stream=0)
     report = validate_run(run)
     assert [i.kind for i in report.errors] == ["collective-count"]
-    assert not [i for i in report.warnings if i.kind == "window-tail"]
+    assert not [i for i in report.warnings if i.kind.startswith("window-")]
+
+
+def _side_thread_run(tmp_path: Path, *, rank1_seqs: tuple[int, ...], rank1_first_step: int = 0) -> Path:
+    """Ranks 0 and 1, steps 0-2 of an all_reduce on the world (rank 1 from ``rank1_first_step``); a metrics
+    thread beside the steps (stream 1 of a capture) all_reduces on group 'metrics' once a step, seq 0-2 on
+    rank 0 and ``rank1_seqs`` on rank 1 (in its last steps, in order)."""
+    b = RunBuilder(world_size=2, groups={"0": (0, 1), "metrics": (0, 1)})
+    for step in range(3):
+        for r in (0, 1):
+            if r == 1 and step < rank1_first_step:
+                continue
+            rb = b.rank(r).step(step)
+            rb.compute("fwd", dur_ns=1000)
+            rb.collective(CommType.ALL_REDUCE, comm_bytes=MIB, dur_ns=500, seq=step)
+    for r, seqs in ((0, (0, 1, 2)), (1, rank1_seqs)):
+        for step, seq in enumerate(seqs, start=3 - len(seqs)):
+            rb = b.rank(r).step(step)
+            rb.collective(CommType.ALL_REDUCE, comm_bytes=16, dur_ns=300, pg="metrics", stream=1, seq=seq)
+    return b.write(tmp_path / "run", source="capture")
+
+
+def test_a_side_threads_collective_begun_before_the_window_on_one_rank_is_left_out_with_a_warning(
+    tmp_path: Path,
+) -> None:
+    # rank 1's metrics thread was inside its all_reduce seq 0 when the window began, so its trace starts at
+    # seq 1; rank 0's began seq 0 inside the window. Before, check refused the run (collective-count error:
+    # 'metrics' seq 0 on rank 0 only).
+    run = _side_thread_run(tmp_path, rank1_seqs=(1, 2))
+    warn = _the_warning(run, "window-head")
+    assert warn.message == (
+        "group 'metrics' seq 0: rank 0 recorded it, rank 1 issued it before the recording window began (a "
+        "thread beside the steps that was inside a collective when the window began): it is left out of "
+        "matching on every rank, leaving step 0 incomplete"
+    )
+    rt = load_run(run)
+    assert rt.incomplete_steps == (0,)
+    kept = sorted((i.pg_name, i.seq, i.ranks) for i in rt.collectives)
+    assert kept == [("0", s, (0, 1)) for s in range(3)] + [("metrics", s, (0, 1)) for s in (1, 2)]
+
+
+def test_a_collective_missing_on_one_rank_in_the_middle_of_the_window_is_still_a_mismatch(
+    tmp_path: Path,
+) -> None:
+    # rank 1 recorded 'metrics' seq 0 and 2 but not 1: no window's edge explains that
+    report = validate_run(_side_thread_run(tmp_path, rank1_seqs=(0, 2)))
+    assert [i.kind for i in report.errors] == ["collective-count"]
+    assert "'metrics' seq 1" in report.errors[0].message
+    assert not [i for i in report.warnings if i.kind.startswith("window-")]
+
+
+def test_a_missing_first_collective_where_the_ranks_step_windows_differ_is_still_a_mismatch(
+    tmp_path: Path,
+) -> None:
+    # rank 1 recorded no step 0: its windows began a step after rank 0's, not inside a collective
+    report = validate_run(_side_thread_run(tmp_path, rank1_seqs=(1, 2), rank1_first_step=1))
+    assert "collective-count" in [i.kind for i in report.errors]
+    assert not [i for i in report.warnings if i.kind.startswith("window-")]
 
 
 def test_a_truncated_run_captured_before_skl_dtype_leaves_out_the_same_communication(tmp_path: Path) -> None:

@@ -388,8 +388,8 @@ def run_notes(run: RunTrace) -> list[str]:
         notes.append(
             f"incomplete {steps_label(run.incomplete_steps)}: some of {their} communication is not "
             "in every trace (a flight recorder lost collectives, a rank stopped inside the step, or a thread "
-            "issued collectives across the window's end: see skewlens check); it was left out of matching, "
-            f"so {those} waits are partial"
+            "issued collectives across the window's start or end: see skewlens check); it was left out of "
+            f"matching, so {those} waits are partial"
         )
     if run.steps_differ:
         notes.append(run.steps_differ)

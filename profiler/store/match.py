@@ -310,7 +310,29 @@ def without_truncated(
     return {r: c.subset(~cut[r]) for r, c in comm.items()}, tuple(sorted(gone))
 
 
-def without_window_tail(
+def _step_windows(steps: Sequence[StepSpan], comm: Collection[int]) -> dict[int, tuple[int, int]]:
+    """Rank (of ``comm``) -> its first and last recorded step (``steps``: the manifest's step marks)."""
+    span: dict[int, tuple[int, int]] = {}
+    for s in steps:
+        if s.rank in comm:
+            lo, hi = span.get(s.rank, (s.step, s.step))
+            span[s.rank] = (min(lo, s.step), max(hi, s.step))
+    return span
+
+
+def _seqs_label(lo: int, hi: int) -> tuple[str, str, str]:
+    """``seq`` text, pronoun phrase and object pronoun for the sequence numbers ``lo..hi``."""
+    return (str(hi), "it is", "it") if lo == hi else (f"{lo}..{hi}", "they are", "them")
+
+
+def _on_step_thread(c: CommRows, rows: np.ndarray) -> bool:
+    """Whether any of ``rows`` (a mask of ``c``) is known to be issued by, or tied to, the thread that marks
+    steps (such a thread's collectives lie inside the steps on every rank alike: one missing is a
+    mismatch, not a window's edge)."""
+    return c.side is not None and bool((rows & ~c.side.astype(np.bool_)).any())
+
+
+def without_window_edges(
     comm: dict[int, CommRows],
     pg_names: list[str],
     sink: IssueLog,
@@ -318,37 +340,74 @@ def without_window_tail(
     steps: Sequence[StepSpan],
     groups: dict[str, ProcessGroupInfo],
 ) -> tuple[dict[int, CommRows], tuple[int, ...]]:
-    """``comm`` without the collectives that some members issued before their recording window closed and
-    others only after theirs: on a group whose members' windows ended in the same step, those numbered past
-    the last one some member recorded, where every one of them is in that last recorded step. A thread
-    other than the one that marks the steps (an asynchronous checkpoint's save, ``dcp.async_save``) runs on
-    across the window's end, so one rank's window ends after its thread issued a collective and another's
-    before. Each group so cut is a warning; returns the steps it leaves incomplete. A tail outside the last
-    step is left to the matcher."""
-    last = _last_steps(steps, comm)
+    """``comm`` without the collectives that some members issued inside their recording window and others
+    outside theirs, as a thread beside the steps does (a metrics, checkpoint or prefetch thread of its own,
+    ``dcp.async_save``'s save): it can be inside a collective when the window begins, or run on past its
+    last step. On each group:
+
+    - head: the collectives numbered before the first one some member recorded (that member's sequence
+      numbers say it issued them before its window began), where the members' step windows agree (same
+      first and last recorded step) and none of them is tied to the thread that marks steps;
+    - tail: those numbered past the last one some member recorded, where the members' windows ended in the
+      same step and either every one of them is in that last step, or the windows agree and none of them
+      is tied to the thread that marks steps.
+
+    Each cut is a warning (``window-head``, ``window-tail``); returns the steps they leave incomplete. A
+    collective some member lacks between ones it has, or one the thread that marks steps issued outside the
+    last step, is left to the matcher (a mismatch)."""
+    span = _step_windows(steps, comm)
     cut = {r: np.zeros(c.row.shape[0], dtype=np.bool_) for r, c in comm.items()}
     gone: set[int] = set()
     for gi, name in enumerate(pg_names):
-        members = [m for m in (groups[name].ranks if name in groups else ()) if m in comm and m in last]
-        on = {m: (comm[m].node_type == NodeType.COMM_COLL) & (comm[m].pg == gi) for m in members}
+        members = [m for m in (groups[name].ranks if name in groups else ()) if m in comm and m in span]
+        if len(members) < 2:
+            continue
+        on = {
+            m: (comm[m].node_type == NodeType.COMM_COLL) & (comm[m].pg == gi) & (comm[m].seq >= 0)
+            for m in members
+        }
+        agree = len({span[m] for m in members}) == 1
+        same_end = len({span[m][1] for m in members}) == 1
+        # head: every member recorded some, and some first recorded a later one than others
+        first = {m: int(comm[m].seq[on[m]].min()) for m in members if on[m].any()}
+        if agree and len(first) == len(members) and len(set(first.values())) > 1:
+            begin = max(first.values())
+            head = {m: on[m] & (comm[m].seq < begin) for m in members}
+            if not any(_on_step_thread(comm[m], head[m]) for m in members):
+                for m in members:
+                    cut[m] |= head[m]
+                    on[m] &= ~head[m]
+                at = sorted(
+                    {int(s) for m in members for s in np.unique(comm[m].step[head[m]]).tolist() if s >= 0}
+                )
+                gone.update(at)
+                seqs, they, them = _seqs_label(min(first.values()), begin - 1)
+                early = ranks_label([m for m in members if first[m] < begin])
+                late = ranks_label([m for m in members if first[m] == begin])
+                sink.warning(
+                    "window-head",
+                    f"group {name!r} seq {seqs}: {early} recorded {them}, {late} issued {them} "
+                    "before the recording window began (a thread beside the steps that was inside a "
+                    f"collective when the window began): {they} left out of matching on every rank"
+                    + (f", leaving {steps_label(at)} incomplete" if at else ""),
+                )
         top = {m: int(comm[m].seq[on[m]].max()) if on[m].any() else -1 for m in members}
         # the members' windows ended in the same step (a rank that recorded a step the others did not is
         # not a window's tail but a mismatch: ranks 0 and 1 ending at step 3, rank 2 at 4 with one more)
-        if len(set(top.values())) < 2 or len({last[m] for m in members}) > 1:
+        if len(set(top.values())) < 2 or not same_end:
             continue
         cutoff = min(top.values())
         tail = {m: on[m] & (comm[m].seq > cutoff) for m in members}
-        if any((comm[m].step[tail[m]] != last[m]).any() for m in members):
+        in_last = not any((comm[m].step[tail[m]] != span[m][1]).any() for m in members)
+        if not in_last and (not agree or any(_on_step_thread(comm[m], tail[m]) for m in members)):
             continue
         for m in members:
             cut[m] |= tail[m]
-        at = sorted({last[m] for m in members if tail[m].any()})
+        at = sorted({int(s) for m in members for s in np.unique(comm[m].step[tail[m]]).tolist() if s >= 0})
         gone.update(at)
         ahead = [m for m in members if top[m] > cutoff]
         behind = [m for m in members if top[m] == cutoff]
-        hi = max(top.values())
-        one = hi == cutoff + 1
-        seqs, they, them = (str(hi), "it is", "it") if one else (f"{cutoff + 1}..{hi}", "they are", "them")
+        seqs, they, them = _seqs_label(cutoff + 1, max(top.values()))
         sink.warning(
             "window-tail",
             f"group {name!r} seq {seqs}: {ranks_label(ahead)} issued {them} before the recording window "
@@ -357,7 +416,7 @@ def without_window_tail(
             f"{steps_label(at)} incomplete; to keep {them}, wait for "
             "that work (an async_save's future) within the window's last step",
         )
-    if not gone:
+    if not cut or not any(x.any() for x in cut.values()):
         return comm, ()
     return {r: c.subset(~cut[r]) for r, c in comm.items()}, tuple(sorted(gone))
 
@@ -370,13 +429,13 @@ def matchable(
     sink: IssueLog,
 ) -> tuple[dict[int, CommRows], tuple[int, ...]]:
     """``comm`` without what the run says no rank can match (:func:`without_lost`,
-    :func:`without_truncated`, :func:`without_window_tail`), and the steps that leaves incomplete: every
+    :func:`without_truncated`, :func:`without_window_edges`), and the steps that leaves incomplete: every
     matcher of a run starts here."""
     comm, lost = without_lost(comm, manifest.lost_collectives, pg_names, sink)
     partial = partial_traces(manifest.notes)
     comm, cut = without_truncated(comm, pg_names, sink, steps=manifest.steps, partial=partial, groups=groups)
-    comm, tail = without_window_tail(comm, pg_names, sink, steps=manifest.steps, groups=groups)
-    return comm, tuple(sorted({*lost, *cut, *tail}))
+    comm, edges = without_window_edges(comm, pg_names, sink, steps=manifest.steps, groups=groups)
+    return comm, tuple(sorted({*lost, *cut, *edges}))
 
 
 @dataclass(eq=False, kw_only=True, slots=True)

@@ -251,9 +251,8 @@ class RunTrace:
     incomplete_steps: tuple[int, ...] = ()
     """Steps some of whose communication is not in every trace (a flight recorder lost collectives,
     ``manifest.lost_collectives``; a rank stopped inside the step, its trace ending before the others'; a
-    thread that issued collectives across the window's end, before one rank's window closed and after
-    another's):
-    it is left out of matching, and analyses should not take these steps as whole."""
+    thread that issued collectives across the window's start or end, inside one rank's window and outside
+    another's): it is left out of matching, and analyses should not take these steps as whole."""
     steps_differ: str = ""
     """Where collectives were issued in different steps on different members (the ranks marked steps
     differently, so a step number names different work on different ranks): the loader's
