@@ -57,8 +57,6 @@ PART_FILE = "rank-{rank}.json"
 _OUTER_FRAMES = 8
 #: The attribute that marks a wrapper's ``step()`` the capture put its step hooks around.
 _STEP_HOOKS_ATTR = "skewlens_step_hooks"
-#: The range around a rank's save, in the program's own profiler's trace (the save runs inside its step).
-SAVE_RANGE_NAME = "skewlens::save"
 #: Why an ``ops`` / ``full`` rank's trace has no operators: the program profiled itself (Kineto is one
 #: session per process, and a second one would leave the program's profiler with no events).
 OWN_PROFILER_NOTE = (
@@ -660,19 +658,12 @@ class CaptureSession:
         A save runs inside the program (its optimizer.step(), its exit): one that fails (a full disk, a
         quota, an unwritable run directory) must not end the training. It leaves no trace behind (a trace
         without its part file is no part of the run), says why on stderr and, where it can, in a part file
-        of its own (``not_saved``), which the manifest's note on the missing rank repeats.
-
-        It runs inside a ``skewlens::save`` range, which a profiler of the program's records (the
-        capture's own have stopped before it ends): the time the save adds to the program's step is named
-        in the program's own trace."""
+        of its own (``not_saved``), which the manifest's note on the missing rank repeats."""
         if self.saved:
             return None
         self.saved = self._saving = True
-        from torch.profiler import record_function
-
         try:
-            with record_function(SAVE_RANGE_NAME):
-                return self._save(partial=partial)
+            return self._save(partial=partial)
         except (OSError, SkewlensError) as e:
             self._not_saved(e)
             return None
