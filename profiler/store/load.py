@@ -1349,10 +1349,16 @@ def _check_split_members(run: RunTrace, sink: IssueLog, *, lenient: bool) -> Non
         run.dropped_splits = tuple(sink.dropped_splits)
 
 
+def _matchable_rows(run: RunTrace) -> dict[int, CommRows]:
+    """Each rank's communication rows of a loaded run, as :func:`load_run` matches them (lost and window-edge
+    collectives left out)."""
+    comm = {r: CommRows.of(rt, step_mark_stream(run.manifest)) for r, rt in run.ranks.items()}
+    return matchable(comm, run.manifest, run.process_groups, run.pg_names, IssueLog())[0]
+
+
 def match_collectives(run: RunTrace) -> list[CollectiveInstance]:
     """Collective instances of a loaded run (raises :class:`ValidationError` on the first mismatch)."""
-    comm = {r: CommRows.of(rt, step_mark_stream(run.manifest)) for r, rt in run.ranks.items()}
-    comm, _ = matchable(comm, run.manifest, run.process_groups, run.pg_names, IssueLog())
+    comm = _matchable_rows(run)
     missing = frozenset(run.manifest.missing_ranks)
     return match_instances(
         comm, run.pg_names, run.process_groups, IssueLog(strict=True), missing_ranks=missing
@@ -1361,6 +1367,5 @@ def match_collectives(run: RunTrace) -> list[CollectiveInstance]:
 
 def match_p2p(run: RunTrace) -> list[P2PPair]:
     """Send/recv pairs of a loaded run (raises :class:`ValidationError` on the first unmatched one)."""
-    comm = {r: CommRows.of(rt, step_mark_stream(run.manifest)) for r, rt in run.ranks.items()}
-    comm, _ = matchable(comm, run.manifest, run.process_groups, run.pg_names, IssueLog())
+    comm = _matchable_rows(run)
     return match_pairs(comm, run.pg_names, IssueLog(strict=True))
