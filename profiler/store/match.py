@@ -76,9 +76,6 @@ STEP_MISMATCH = "step-mismatch"
 #: different steps on different members: such a thread runs beside the steps, its collectives land on
 #: either side of a step boundary, and no step mark is at fault.
 SIDE_THREAD_STEPS = "side-thread-steps"
-#: Manifest sources whose traces put the thread that marks steps on stream 0 (the capture's session
-#: numbers host threads so, :mod:`skewlens.profiler.capture.build`; a real replay is captured by it).
-MARKS_ON_STREAM_0 = THREAD_STREAM_SOURCES
 
 
 def comm_type_name(value: int) -> str:
@@ -187,8 +184,9 @@ class CommRows:
 
 def step_mark_stream(manifest: Manifest) -> int | None:
     """The stream of the thread that marks steps in every rank's trace of a run, where its source says
-    (:data:`MARKS_ON_STREAM_0`); None elsewhere (an imported profile numbers threads as Kineto did)."""
-    return 0 if manifest.source in MARKS_ON_STREAM_0 else None
+    (:data:`~skewlens.profiler.manifest.THREAD_STREAM_SOURCES`: stream 0); None elsewhere (an imported
+    profile numbers threads as Kineto did)."""
+    return 0 if manifest.source in THREAD_STREAM_SOURCES else None
 
 
 def _beside_steps(rt: RankTrace, mark_stream: int) -> np.ndarray | None:
