@@ -246,8 +246,8 @@ def test_collectives_a_thread_issued_across_the_windows_end_on_one_rank_only_lea
     warn = _the_warning(run, "window-tail")
     assert warn.message == (
         "group 'ckpt' seq 1: rank 0 issued it before the recording window closed, rank 1 only after (a "
-        "thread that runs on past the last step, such as an asynchronous checkpoint's save): it is left out "
-        "of matching on every rank, leaving step 2 incomplete; to keep it, wait for that work (an "
+        "thread that runs on past the window's end, such as an asynchronous checkpoint's save): it is left "
+        "out of matching on every rank, leaving step 2 incomplete; to keep it, wait for that work (an "
         "async_save's future) within the window's last step"
     )
     rt = load_run(run)

@@ -409,8 +409,8 @@ def without_window_edges(
         sink.warning(
             "window-tail",
             f"group {name!r} seq {seqs}: {ranks_label(ahead)} issued {them} before the recording window "
-            f"closed, {ranks_label(behind)} only after (a thread that runs on past the last step, such as an "
-            f"asynchronous checkpoint's save): {they} left out of matching on every rank, leaving "
+            f"closed, {ranks_label(behind)} only after (a thread that runs on past the window's end, such "
+            f"as an asynchronous checkpoint's save): {they} left out of matching on every rank, leaving "
             f"{steps_label(at)} incomplete; to keep {them}, wait for "
             "that work (an async_save's future) within the window's last step",
         )
