@@ -5,10 +5,15 @@ that for all_gather and gather, whose input is one member's piece; ``skewlens.re
 ``p`` ranks, ``α`` latency per message (ns), ``B`` link bandwidth (bytes/ns = GB/s), ``L = ⌈log2 p⌉``.
 Every formula is the time from the last member's arrival until all members are done; ``p <= 1`` costs 0.
 
-- all_reduce: ring ``2(p−1)(α + S/(pB))``; tree ``2Lα + 2S/B``; halving_doubling ``2Lα + 2(p−1)/p·S/B``;
-  direct ``2α + 2(p−1)/p·S/B``.
+- all_reduce: ring ``2(p−1)(α + S/(pB))``; tree ``2Lα + 2S/B``; halving_doubling ``2Lα + 2(p−1)/p·S/B``
+  for ``p`` a power of two, and otherwise, with ``q`` the largest power of two below ``p``,
+  ``(2 log2 q + 2)α + (2(q−1)/q + 2)·S/B`` (Rabenseifner's algorithm as MPICH runs it, Thakur, Rabenseifner
+  and Gropp 2005: the first ``2(p−q)`` members fold in pairs, one sending the other its whole ``S``, the
+  ``q`` left run recursive halving and doubling, and the whole result goes back to the folded ones; 3 ranks
+  pay ``4α + 3S/B``, not the ring's ``4α + 4/3·S/B``); direct ``2α + 2(p−1)/p·S/B``.
 - reduce_scatter, all_gather, gather, scatter: ring ``(p−1)(α + S/(pB))``; tree and halving_doubling
-  ``Lα + (p−1)/p·S/B``; direct ``α + (p−1)/p·S/B``.
+  ``Lα + (p−1)/p·S/B`` (for ``p`` not a power of two the least a port can move, optimistic: no fold is
+  charged); direct ``α + (p−1)/p·S/B``.
 - all_to_all: ring ``(p−1)(α + S/(pB))``; tree and halving_doubling (Bruck) ``L(α + S/(2B))``;
   direct ``α + (p−1)/p·S/B``. Even splits (each member sends ``even_split_bytes`` to each other); with
   uneven ones the caller makes ``S`` the size whose ``(p−1)/p`` is what the busiest member sends or
@@ -125,6 +130,13 @@ def flat_time_ns(
         if alg == "tree":
             return 2 * big_l * alpha + 2 * s / bw
         if alg == "halving_doubling":
+            if p & (p - 1):
+                # not a power of two: Rabenseifner's way (MPICH): the first 2r of the p = q + r members fold
+                # in pairs, one sending the other its whole S, the q left halve and double, and the whole
+                # result goes back: 2α + 2S/B more than q's (before, 2(p−1)/p·S/B, the least any all_reduce
+                # through one port can take: 3 ranks as cheap as the ring, which no halving-doubling is)
+                q = 1 << (p.bit_length() - 1)
+                return (2 * (q.bit_length() - 1) + 2) * alpha + (2 * (q - 1) / q + 2) * s / bw
             return 2 * big_l * alpha + 2 * frac
         return 2 * alpha + 2 * frac
     if comm_type in _RS_LIKE:
