@@ -264,8 +264,10 @@ class ModelTiming:
                 )
         # messages between non-neighbours pay their farthest pair's hops (the group's, or an uneven
         # all_to_all's pairs') on every ring dimension the group spans, summed, whether or not the ring is the
-        # slowest dimension; ring's and hierarchical's go to a neighbour, one hop
-        alphas = self._hop_alphas(adj, members, () if self.algorithm in ("ring", "hierarchical") else pairs)
+        # slowest dimension; ring's and hierarchical's go to the next member round the ring, one hop where the
+        # group fills it, more where it does not (a 2 x 3 mesh's dp pair 0 and 3 on a ring of 6: 3 hops)
+        ring_order = self.algorithm in ("ring", "hierarchical")
+        alphas = self._hop_alphas(adj, members, self._ring_order_pairs(members) if ring_order else pairs)
         alpha = max(alphas[d] for d in dims)
         bw = min(self.topology.dims[d].effective_bandwidth_gbps * adj[d][0] for d in dims)
         if self.algorithm == "direct" and all(d.kind == "fully_connected" for d in ds):
@@ -502,6 +504,23 @@ class ModelTiming:
                 if acc > 0:
                     loads[(d, -1 - index, c, step, *outer)] = acc
         return loads
+
+    def _ring_order_pairs(self, members: tuple[int, ...]) -> tuple[tuple[int, int, float], ...]:
+        """The messages of a ring algorithm's step, for the hop rule (:meth:`_hop_alphas`): where the group
+        spans one ``ring`` dimension, from each unit it occupies there to the next occupied one round the ring
+        (the ring ordered by topology, as NCCL orders it, not by rank), so that a group that leaves units out
+        pays the widest gap between its units by the shortest way (the dp pair 0 and 3 of a 2 x 3 mesh on a
+        ring of 6: 3 hops, where one was charged, and a message between the two 3); on a group filling the
+        ring, one hop. Elsewhere none: one hop (a ring through a torus goes to a neighbour on one of them)."""
+        rings = self._ring_dims(self._spanned(members))
+        if len(rings) != 1:
+            return ()
+        (d,) = rings
+        at: dict[int, int] = {}
+        for r in members:
+            at.setdefault(self.topology.coords(r)[d], r)
+        units = sorted(at)
+        return tuple((at[a], at[b], 0.0) for a, b in zip(units, units[1:] + units[:1], strict=True))
 
     def _ring_dims(self, dims: tuple[int, ...]) -> tuple[int, ...]:
         """The ``ring`` dimensions among ``dims``."""

@@ -415,11 +415,11 @@ def test_an_even_all_to_all_on_half_a_ring_costs_the_line_its_members_form_not_a
     assert even == timing.collective_time_ns(CommType.ALL_TO_ALL, S, range(8), pairs=pairs)
     assert even == round(7 * ALPHA + 2 * S / BW) == 45_443
     # direct's all_reduce is two such exchanges, its reduce_scatter one; the ring algorithm's all_to_all its
-    # 7 messages' latency and the same busiest link
+    # 7 steps and the same busiest link, each step as long as its ring's widest edge, 7 back to 0: 7 hops
     assert timing.collective_time_ns(CommType.ALL_REDUCE, S, range(8)) == round(2 * (7 * ALPHA + 2 * S / BW))
     assert timing.collective_time_ns(CommType.REDUCE_SCATTER, S, range(8)) == round(7 * ALPHA + 2 * S / BW)
     ring_alg = ModelTiming(_ring(16), algorithm="ring")
-    assert ring_alg.collective_time_ns(CommType.ALL_TO_ALL, S, range(8)) == round(7 * ALPHA + 2 * S / BW)
+    assert ring_alg.collective_time_ns(CommType.ALL_TO_ALL, S, range(8)) == round(7 * 7 * ALPHA + 2 * S / BW)
 
 
 def test_a_group_on_part_of_a_ring_pays_its_farthest_pairs_hops_not_half_its_units() -> None:
@@ -822,3 +822,28 @@ def test_a_halving_doubling_all_reduce_of_a_group_not_a_power_of_two_pays_the_fo
     assert ring5.collective_time_ns(CommType.ALL_REDUCE, 3 * S, range(5)) == round(
         6 * 2 * ALPHA + (3 / 2 + 2) * 3 * S / BW
     )
+
+
+def test_a_ring_algorithm_on_a_group_that_leaves_units_of_a_ring_out_pays_its_widest_gap_each_step() -> None:
+    # a 2 x 3 mesh on a ring of 6: the dp pair 0 and 3 is 3 hops apart either way, the tp row 0, 1, 2 closes
+    # its ring from 2 back to 0 over 2 hops, the strided group 1, 3, 5 steps 2 hops. Every step of a ring
+    # lasts its widest edge. Before, one hop a step whatever the gaps: the pair's all_reduce (2 alpha + S/B)
+    # cost less than one message between the two (3 alpha + S/B)
+    ring6 = ModelTiming(_ring(6), algorithm="ring")
+    assert ring6.collective_time_ns(CommType.ALL_REDUCE, S, (0, 3)) == round(2 * (3 * ALPHA + S / (2 * BW)))
+    assert ring6.p2p_time_ns(0, 3, S) == round(3 * ALPHA + S / BW)
+    for group in ((0, 1, 2), (1, 3, 5)):
+        got = ring6.collective_time_ns(CommType.ALL_REDUCE, S, group)
+        assert got == round(2 * 2 * (2 * ALPHA + S / (3 * BW))), group
+    # a group filling the ring: its neighbours, one hop
+    assert ring6.collective_time_ns(CommType.ALL_REDUCE, S, range(6)) == round(2 * 5 * (ALPHA + S / (6 * BW)))
+    # nodes on a ring of nodes (a switch inside each): ranks on nodes 0 and 2 of 4 are 2 hops apart
+    nodes = Topology(
+        name="n",
+        dims=(
+            Dimension(kind="switch", size=2, bandwidth_gbps=200.0, latency_ns=300),
+            Dimension(kind="ring", size=4, bandwidth_gbps=BW, latency_ns=ALPHA),
+        ),
+    )
+    got = ModelTiming(nodes, algorithm="ring").collective_time_ns(CommType.ALL_REDUCE, S, (0, 1, 4, 5))
+    assert got == round(2 * 3 * (2 * ALPHA + S / (4 * BW)))
