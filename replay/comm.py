@@ -218,7 +218,16 @@ class ModelTiming:
         ds = [self.topology.dims[d] for d in dims]
         if self.algorithm == "hierarchical" and len(dims) >= 2 and dims[0] == 0:
             p0, p1 = self.topology.group_layout(members)
-            inner = (ds[0].latency_ns + adj[0][1], ds[0].effective_bandwidth_gbps * adj[0][0])
+            # each ring's step to the next member (node) round the one ring dimension spanned, if any: its
+            # widest gap in hops there; every other dimension one α a step
+            order = self._ring_order_pairs(members)
+            hopped = self._hop_alphas(adj, members, order)
+            rings = self._ring_dims(dims) if order else ()
+            hop_alphas = [
+                hopped[d] if d in rings else self.topology.dims[d].latency_ns + adj[d][1]
+                for d in range(len(self.topology.dims))
+            ]
+            inner = (hop_alphas[0], ds[0].effective_bandwidth_gbps * adj[0][0])
             # the inter-node phase at the outer dimension whose busiest link takes longest: its load per byte
             # (the p0 rings at once; members sharing a node's link (NIC); a node with fewer members)
             load, bw = max(
@@ -231,7 +240,7 @@ class ModelTiming:
                 ),
                 key=lambda lb: lb[0] / lb[1],
             )
-            outer = (max(self.topology.dims[d].latency_ns + adj[d][1] for d in dims[1:]), bw)
+            outer = (max(hop_alphas[d] for d in dims[1:]), bw)
             return self._ns(
                 hierarchical_time_ns(
                     comm_type, nbytes=nbytes, p0=p0, p1=p1, inner=inner, outer=outer, outer_load=load, p=p

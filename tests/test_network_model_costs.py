@@ -847,3 +847,22 @@ def test_a_ring_algorithm_on_a_group_that_leaves_units_of_a_ring_out_pays_its_wi
     )
     got = ModelTiming(nodes, algorithm="ring").collective_time_ns(CommType.ALL_REDUCE, S, (0, 1, 4, 5))
     assert got == round(2 * 3 * (2 * ALPHA + S / (4 * BW)))
+
+
+def test_a_hierarchical_all_reduce_over_nodes_apart_round_a_ring_pays_their_gap_between_nodes() -> None:
+    # nodes of 2 on a ring of 4 nodes; ranks 0, 1 (node 0) and 4, 5 (node 2): the inter-node rings step 2
+    # hops, the intra-node phases one switch latency. Before, one ring α whatever the nodes' distance
+    nodes = Topology(
+        name="n",
+        dims=(
+            Dimension(kind="switch", size=2, bandwidth_gbps=200.0, latency_ns=300),
+            Dimension(kind="ring", size=4, bandwidth_gbps=BW, latency_ns=ALPHA),
+        ),
+    )
+    timing = ModelTiming(nodes, algorithm="hierarchical")
+    intra = 300 + S / (2 * 200.0)
+    inter = 2 * ALPHA + S / (2 * 2 * BW)
+    assert timing.collective_time_ns(CommType.ALL_REDUCE, S, (0, 1, 4, 5)) == round(2 * intra + 2 * inter)
+    # neighbouring nodes: one hop
+    near = ALPHA + S / (2 * 2 * BW)
+    assert timing.collective_time_ns(CommType.ALL_REDUCE, S, (0, 1, 2, 3)) == round(2 * intra + 2 * near)
