@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 import shlex
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 from rich.console import Group, RenderableType
@@ -349,13 +349,14 @@ def what_if_notes(result: AnalysisResult, ranks: Sequence[int]) -> list[str]:
     more at events whose own cause is it, in the steps the per-step figures are a mean over, and in all
     :data:`ONE_OFF_OF_STEP` of the job's median simulated step or more: a first step's warm-up of 0.45 ms
     in six 13.5 ms steps is none), the replay
-    that takes it away, with the step where one step holds over :data:`UNEVEN_WAIT_SHARE` of it: untraced
-    host time (events caused by ``host idle/gap``: ``slowdown=host_idle``), or a scope that stalled (events
-    caused by ``compute grew`` whose first-named op is one, :func:`_stalled_op`: an ``op`` item matching its
-    name, factor 0; a real ``DataLoader``'s stall is its ``enumerate(DataLoader)#...`` scope, compute), as
-    :func:`mixed_gpus_note` names ``slow_gpu`` for a rank's GPU."""
+    that takes it away, at the steps where it did (:func:`_what_if_steps`): untraced host time (events caused
+    by ``host idle/gap``: ``slowdown=host_idle``), or a scope that stalled (events caused by ``compute grew``
+    whose first-named op is one, :func:`_stalled_op`: an ``op`` item matching its name, factor 0; a real
+    ``DataLoader``'s stall is its ``enumerate(DataLoader)#...`` scope, compute), as :func:`mixed_gpus_note`
+    names ``slow_gpu`` for a rank's GPU."""
     wanted = set(blame_step_ids(result))
     caused = caused_wait_in_steps(result)
+    step_floor = max(BLAMED_NS, ONE_OFF_OF_STEP * _median_step_ns(result))
     floor = max(BLAMED_NS * len(wanted), ONE_OFF_OF_STEP * _median_step_ns(result))
     # rank -> what it did (None: untraced host time; else the op's name) -> step -> the wait it caused
     held: dict[int, dict[str | None, dict[int, int]]] = defaultdict(
@@ -375,10 +376,32 @@ def what_if_notes(result: AnalysisResult, ranks: Sequence[int]) -> list[str]:
             total = sum(by_step.values())
             if total < floor or 2 * total < caused.get(r, 0):
                 continue
-            worst, step = max((w, -s) for s, w in by_step.items())
-            one = -step if worst > UNEVEN_WAIT_SHARE * total else None
-            out.append(_what_if_text(r, what, one))
+            out.append(_what_if_text(r, what, _what_if_steps(by_step, step_floor, len(wanted))))
     return out
+
+
+#: At most this many steps (or runs of consecutive steps) are named in a what-if of :func:`what_if_notes`;
+#: a rank that made its peers wait at more is given the replay of every step.
+WHAT_IF_STEPS = 4
+
+
+def _what_if_steps(by_step: Mapping[int, int], floor: float, steps: int) -> tuple[tuple[int, int], ...]:
+    """The runs of consecutive steps (first, last) that a what-if of :func:`what_if_notes` takes the thing
+    away at: every step where it made the rank's peers wait ``floor`` or more (a one-off's least, the step
+    holding most of it always), runs of consecutive ones merged; none (every step) where those are every one
+    of the ``steps`` or over :data:`WHAT_IF_STEPS` runs. Before, it named the one step holding over
+    :data:`UNEVEN_WAIT_SHARE` of the wait, else none: a checkpoint rank 0 wrote every 3rd step while its
+    peers waited at a barrier, 62% of their wait at step 3 and 35% at step 6 (2 gloo ranks), was given a
+    replay that took away step 3's alone."""
+    worst = max(by_step, key=lambda s: (by_step[s], -s))
+    held = sorted(s for s, w in by_step.items() if w >= floor or s == worst)
+    runs: list[tuple[int, int]] = []
+    for s in held:
+        if runs and runs[-1][1] == s - 1:
+            runs[-1] = (runs[-1][0], s)
+        else:
+            runs.append((s, s))
+    return () if len(held) >= steps or len(runs) > WHAT_IF_STEPS else tuple(runs)
 
 
 def _stalled_op(c: Cause) -> bool:
@@ -394,23 +417,41 @@ def _stalled_op(c: Cause) -> bool:
     return scope and 2 * grew >= c.delta_ns and grew > c.op_median_ns
 
 
-def _what_if_text(rank: int, op: str | None, step: int | None) -> str:
+#: Between the items of a what-if's ``slowdown.entries``: a table's caption wraps the note at a space, so
+#: that several items (one a step) break between two of them rather than inside one (``rank s:[0]``).
+_WHAT_IF_ITEMS_SEP = ", "
+
+
+def _what_if_text(rank: int, op: str | None, steps: tuple[tuple[int, int], ...]) -> str:
     """The what-if note of :func:`what_if_notes`: rank ``rank``'s untraced host time (``op`` None) or op
-    ``op`` taken away, at ``step`` (None: every step)."""
+    ``op`` taken away, at the runs of steps ``steps`` (first, last; none: every step)."""
     if op is None:
         what = (
             "untraced host time (between traced operators: a data loader, gc.collect(), a checkpoint write)"
         )
-        at = f" slowdown.step={step}" if step is not None else ""
+        if len(steps) > 1 or (steps and steps[0][0] != steps[0][1]):
+            # the preset takes one step: several are an item each
+            items = _WHAT_IF_ITEMS_SEP.join(
+                f"{{kind:host_idle,ranks:[{rank}],first_step:{a},last_step:{b},factor:0}}" for a, b in steps
+            )
+            return _what_if_line(rank, what, f"'slowdown.entries=[{items}]' (factor:0.5: half of it)")
+        at = f" slowdown.step={steps[0][0]}" if steps else ""
         replay = f"slowdown=host_idle slowdown.rank={rank}{at} slowdown.factor=0 (0.5: half of it)"
     else:
         what = f"its scope {op}, which stalled (it took over twice its time on the median member)"
-        at = f"first_step:{step},last_step:{step}," if step is not None else ""
         # the name itself, as a glob, in a Hydra string (a quote escaped) in a shell word (shlex: a name
         # with a ' or a space is one argument still)
         pattern = re.sub(r"([*?\[])", r"[\1]", op).replace('"', '\\"')
-        entries = f'slowdown.entries=[{{kind:op,ranks:[{rank}],{at}factor:0,pattern:"{pattern}"}}]'
-        replay = f"{shlex.quote(entries)} (factor:0.5: half of it)"
+        ats = [f"first_step:{a},last_step:{b}," for a, b in steps] or [""]
+        items = _WHAT_IF_ITEMS_SEP.join(
+            f'{{kind:op,ranks:[{rank}],{at}factor:0,pattern:"{pattern}"}}' for at in ats
+        )
+        replay = f"{shlex.quote(f'slowdown.entries=[{items}]')} (factor:0.5: half of it)"
+    return _what_if_line(rank, what, replay)
+
+
+def _what_if_line(rank: int, what: str, replay: str) -> str:
+    """The line of :func:`_what_if_text`: what rank ``rank`` made its peers wait for, and the replay."""
     return (
         f"rank {rank} made its peers wait for {what}; what if it were gone: skewlens replay trace=RUN "
         f"out=OUT {replay}"

@@ -9,6 +9,7 @@ answer (``kind: host_idle`` was refused as an unknown kind).
 from __future__ import annotations
 
 import io
+import shlex
 from collections.abc import Callable
 from pathlib import Path
 
@@ -237,6 +238,40 @@ def test_analyze_names_the_host_idle_replay_for_a_rank_that_made_its_peers_wait_
         "gc.collect(), a checkpoint write); what if it were gone: skewlens replay trace=RUN out=OUT "
         f"slowdown=host_idle slowdown.rank=1 slowdown.step={GAP_STEP} slowdown.factor=0 (0.5: half of it)"
     ) in text
+
+
+def test_analyze_names_the_host_idle_replay_at_every_step_where_the_rank_idled_not_only_the_worst(
+    tmp_path: Path,
+) -> None:
+    # rank 1 idles 5 ms at step 1 and 3 ms at step 3 (a checkpoint written every other step, untraced):
+    # before, the replay named step 1 alone (62% of the wait), and left step 3's 3 ms wait in it
+    gaps = {1: GAP_NS, 3: 3_000_000}
+
+    def work(rb: RankBuilder, r: int, s: int, t: int) -> int:
+        rb.compute("aten::mm", dur_ns=2_000_000, start_ns=t)
+        return t + 2_000_000 + (gaps.get(s, 0) if r == 1 else 0)
+
+    run = two_rank_run(tmp_path, work, "collectives")
+    text = stragglers_text(run)  # a wrap between two items reads as the space after the comma
+    items = ", ".join(f"{{kind:host_idle,ranks:[1],first_step:{s},last_step:{s},factor:0}}" for s in gaps)
+    said = f"what if it were gone: skewlens replay trace=RUN out=OUT 'slowdown.entries=[{items}]' (factor:0.5"
+    assert said in text, text
+    # the command as given, run: every gap is gone (rank 0 absorbs none of it), the other steps as they were
+    base = simulate(run).step_times()
+    assert what_if_step_times(text, tmp_path, rank=0) == {s: t - gaps.get(s, 0) for s, t in base.items()}
+
+
+def what_if_step_times(text: str, tmp_path: Path, *, rank: int) -> dict[int, int]:
+    """Rank ``rank``'s step times in the replay that ``text``'s what-if note names, run as given on the run
+    in ``tmp_path / "run"`` (its ``RUN`` and ``OUT`` filled in)."""
+    command = text.split("what if it were gone: skewlens replay ", 1)[1].split(" (factor:0.5", 1)[0]
+    args = [
+        a.replace("trace=RUN", f"trace={tmp_path / 'run'}").replace("out=OUT", f"out={tmp_path / 'out'}")
+        for a in shlex.split(command)
+    ]
+    assert skewlens_main(["replay", *args, "progress=false", "perfetto=false"]) == 0
+    rows = pq.read_table(tmp_path / "out" / "summary.parquet").to_pylist()
+    return {r["step"]: r["step_time_ns"] for r in rows if r["rank"] == rank}
 
 
 def test_analyze_names_no_host_idle_replay_for_a_rank_whose_compute_grew(run_dir: Path) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 from test_analysis_scenarios import build_one_slow_rank
-from test_host_idle import STEPS, arrivals, stragglers_text, two_rank_run
+from test_host_idle import STEPS, arrivals, stragglers_text, two_rank_run, what_if_step_times
 
 from skewlens.cli import main as skewlens_main
 from skewlens.profiler.store import load_run
@@ -151,7 +151,7 @@ def test_the_op_replay_for_a_scope_with_quotes_or_globs_in_its_name_parses_back_
 
     from skewlens.analysis.render import _what_if_text
 
-    text = _what_if_text(2, name, 5)
+    text = _what_if_text(2, name, ((5, 5),))
     command = text.split("what if it were gone: ", 1)[1].split(" (factor:0.5", 1)[0]
     words = shlex.split(command)  # as a shell splits the line a user pastes
     assert words[:4] == ["skewlens", "replay", "trace=RUN", "out=OUT"] and len(words) == 5
@@ -189,6 +189,31 @@ def test_analyze_names_the_op_replay_for_every_step_where_the_scope_stalled_in_e
     run = _scopes_run(tmp_path, SCOPE, FETCH_NS, dict.fromkeys(range(STEPS), STALL_NS))
     text = stragglers_text(run)
     assert f"'slowdown.entries=[{{kind:op,ranks:[1],factor:0,pattern:\"{SCOPE}\"}}]'" in text
+
+
+@pytest.mark.parametrize(
+    ("stalls", "windows"),
+    [
+        # a checkpoint at steps 1 and 3, 8 and 4 ms: before, step 1's alone (two thirds of the wait)
+        ({1: 8_000_000, 3: 4_000_000}, [(1, 1), (3, 3)]),
+        # at steps 1 and 2: one item of both
+        ({1: 8_000_000, 2: 4_000_000}, [(1, 2)]),
+    ],
+)
+def test_analyze_names_the_op_replay_at_every_step_where_a_recurring_scope_stalled_not_only_the_worst(
+    tmp_path: Path, stalls: dict[int, int], windows: list[tuple[int, int]]
+) -> None:
+    run = _scopes_run(tmp_path, "checkpoint", FETCH_NS, stalls)
+    text = stragglers_text(run)  # a wrap between two items reads as the space after the comma
+    items = ", ".join(
+        f'{{kind:op,ranks:[1],first_step:{a},last_step:{b},factor:0,pattern:"checkpoint"}}'
+        for a, b in windows
+    )
+    said = f"what if it were gone: skewlens replay trace=RUN out=OUT 'slowdown.entries=[{items}]' (factor:0.5"
+    assert said in text, text
+    # the command as given, run: every stall is gone (rank 0 absorbs none of it), the other steps as they were
+    base = simulate(run).step_times()
+    assert what_if_step_times(text, tmp_path, rank=1) == {s: t - stalls.get(s, 0) for s, t in base.items()}
 
 
 def test_analyze_names_no_op_replay_for_a_scope_that_grew_by_less_than_it_takes_on_the_median_member(
