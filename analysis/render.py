@@ -380,8 +380,8 @@ def what_if_notes(result: AnalysisResult, ranks: Sequence[int]) -> list[str]:
     return out
 
 
-#: At most this many steps (or runs of consecutive steps) are named in a what-if of :func:`what_if_notes`;
-#: a rank that made its peers wait at more is given the replay of every step.
+#: At most this many runs of consecutive steps are named in a what-if of :func:`what_if_notes`
+#: (:func:`_what_if_steps`).
 WHAT_IF_STEPS = 4
 
 
@@ -389,10 +389,11 @@ def _what_if_steps(by_step: Mapping[int, int], floor: float, steps: int) -> tupl
     """The runs of consecutive steps (first, last) that a what-if of :func:`what_if_notes` takes the thing
     away at: every step where it made the rank's peers wait ``floor`` or more (a one-off's least, the step
     holding most of it always), runs of consecutive ones merged; none (every step) where those are every one
-    of the ``steps`` or over :data:`WHAT_IF_STEPS` runs. Before, it named the one step holding over
-    :data:`UNEVEN_WAIT_SHARE` of the wait, else none: a checkpoint rank 0 wrote every 3rd step while its
-    peers waited at a barrier, 62% of their wait at step 3 and 35% at step 6 (2 gloo ranks), was given a
-    replay that took away step 3's alone."""
+    of the ``steps``. Over :data:`WHAT_IF_STEPS` runs, the rule before: the one step holding over
+    :data:`UNEVEN_WAIT_SHARE` of the wait, else none (a scope that is in every step, a data loader's, taken
+    away at every step where it stalled at one and grew a little at many). Before, that rule was the only
+    one: a checkpoint rank 0 wrote every 3rd step while its peers waited at a barrier, 62% of their wait at
+    step 3 and 35% at step 6 (2 gloo ranks), was given a replay that took away step 3's alone."""
     worst = max(by_step, key=lambda s: (by_step[s], -s))
     held = sorted(s for s, w in by_step.items() if w >= floor or s == worst)
     runs: list[tuple[int, int]] = []
@@ -401,7 +402,11 @@ def _what_if_steps(by_step: Mapping[int, int], floor: float, steps: int) -> tupl
             runs[-1] = (runs[-1][0], s)
         else:
             runs.append((s, s))
-    return () if len(held) >= steps or len(runs) > WHAT_IF_STEPS else tuple(runs)
+    if len(held) >= steps:
+        return ()
+    if len(runs) > WHAT_IF_STEPS:
+        return ((worst, worst),) if by_step[worst] > UNEVEN_WAIT_SHARE * sum(by_step.values()) else ()
+    return tuple(runs)
 
 
 def _stalled_op(c: Cause) -> bool:

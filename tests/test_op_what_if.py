@@ -216,6 +216,26 @@ def test_analyze_names_the_op_replay_at_every_step_where_a_recurring_scope_stall
     assert what_if_step_times(text, tmp_path, rank=1) == {s: t - stalls.get(s, 0) for s, t in base.items()}
 
 
+@pytest.mark.parametrize(
+    ("waits", "steps", "windows"),
+    [
+        ({1: 8, 3: 4}, 4, ((1, 1), (3, 3))),  # two checkpoints: both, not the worst alone
+        ({1: 8, 2: 4}, 4, ((1, 2),)),  # consecutive: one run
+        ({1: 8, 3: 0.5}, 4, ((1, 1),)),  # under the floor (1): not named
+        ({0: 1, 1: 1, 2: 1, 3: 1}, 4, ()),  # every step: none named
+        # over 4 runs: the worst where it holds over half, else every step
+        ({0: 30, 2: 1, 4: 1, 6: 1, 8: 1, 10: 1}, 12, ((0, 0),)),
+        ({0: 5, 2: 5, 4: 5, 6: 5, 8: 5}, 12, ()),
+    ],
+)
+def test_a_what_if_names_the_runs_of_steps_where_the_rank_made_its_peers_wait_a_floor_or_more(
+    waits: dict[int, float], steps: int, windows: tuple[tuple[int, int], ...]
+) -> None:
+    from skewlens.analysis.render import _what_if_steps
+
+    assert _what_if_steps({s: int(w * 1_000_000) for s, w in waits.items()}, 1_000_000, steps) == windows
+
+
 def test_analyze_names_no_op_replay_for_a_scope_that_grew_by_less_than_it_takes_on_the_median_member(
     tmp_path: Path,
 ) -> None:
