@@ -362,6 +362,7 @@ def what_if_notes(result: AnalysisResult, ranks: Sequence[int]) -> list[str]:
     held: dict[int, dict[str | None, dict[int, int]]] = defaultdict(
         lambda: defaultdict(lambda: defaultdict(int))
     )
+    on_median: set[tuple[int, str]] = set()  # (rank, scope) where the median member ran the scope too
     for e in result.skew.events:
         c = e.cause
         if c.passed_on or e.clock_contradicted or e.step not in wanted or e.total_exposed_wait_ns <= 0:
@@ -370,13 +371,16 @@ def what_if_notes(result: AnalysisResult, ranks: Sequence[int]) -> list[str]:
             held[e.blamed_rank][None][e.step] += e.total_exposed_wait_ns
         elif c.kind is CauseKind.COMPUTE and c.ops and _stalled_op(c):
             held[e.blamed_rank][c.ops[0][0]][e.step] += e.total_exposed_wait_ns
+            if c.op_median_ns > 0:
+                on_median.add((e.blamed_rank, c.ops[0][0]))
     out = []
     for r in ranks:
         for what, by_step in held.get(r, {}).items():
             total = sum(by_step.values())
             if total < floor or 2 * total < caused.get(r, 0):
                 continue
-            out.append(_what_if_text(r, what, _what_if_steps(by_step, step_floor, len(wanted))))
+            steps = _what_if_steps(by_step, step_floor, len(wanted))
+            out.append(_what_if_text(r, what, steps, alone=(r, what) not in on_median))
     return out
 
 
@@ -427,9 +431,13 @@ def _stalled_op(c: Cause) -> bool:
 _WHAT_IF_ITEMS_SEP = ", "
 
 
-def _what_if_text(rank: int, op: str | None, steps: tuple[tuple[int, int], ...]) -> str:
+def _what_if_text(
+    rank: int, op: str | None, steps: tuple[tuple[int, int], ...], *, alone: bool = False
+) -> str:
     """The what-if note of :func:`what_if_notes`: rank ``rank``'s untraced host time (``op`` None) or op
-    ``op`` taken away, at the runs of steps ``steps`` (first, last; none: every step)."""
+    ``op`` taken away, at the runs of steps ``steps`` (first, last; none: every step); ``alone``: the median
+    member ran none of the scope (rank 0's checkpoint write), which then did not take "over twice its time on
+    the median member", as the note said before, but is the rank's alone."""
     if op is None:
         what = (
             "untraced host time (between traced operators: a data loader, gc.collect(), a checkpoint write)"
@@ -443,7 +451,11 @@ def _what_if_text(rank: int, op: str | None, steps: tuple[tuple[int, int], ...])
         at = f" slowdown.step={steps[0][0]}" if steps else ""
         replay = f"slowdown=host_idle slowdown.rank={rank}{at} slowdown.factor=0 (0.5: half of it)"
     else:
-        what = f"its scope {op}, which stalled (it took over twice its time on the median member)"
+        what = (
+            f"its scope {op}, which the median member did not run"
+            if alone
+            else f"its scope {op}, which stalled (it took over twice its time on the median member)"
+        )
         # the name itself, as a glob, in a Hydra string (a quote escaped) in a shell word (shlex: a name
         # with a ' or a space is one argument still)
         pattern = re.sub(r"([*?\[])", r"[\1]", op).replace('"', '\\"')

@@ -236,6 +236,28 @@ def test_a_what_if_names_the_runs_of_steps_where_the_rank_made_its_peers_wait_a_
     assert _what_if_steps({s: int(w * 1_000_000) for s, w in waits.items()}, 1_000_000, steps) == windows
 
 
+def test_analyze_says_a_scope_only_the_late_rank_ran_is_its_alone_not_one_that_took_twice_its_peers_time(
+    tmp_path: Path,
+) -> None:
+    # rank 1 alone writes a checkpoint (5 ms) at one step while rank 0 goes on to the all_reduce: before, the
+    # note said it "stalled (it took over twice its time on the median member)", which ran none of it
+    def work(rb: RankBuilder, r: int, s: int, t: int) -> int:
+        rb.compute("aten::mm", dur_ns=2_000_000, start_ns=t)
+        if (r, s) == (1, STALL_STEP):
+            rb.compute("checkpoint", dur_ns=STALL_NS)
+            return t + 2_000_000 + STALL_NS
+        return t + 2_000_000
+
+    text = stragglers_text(two_rank_run(tmp_path, work, "ops"))
+    assert (
+        "rank 1 made its peers wait for its scope checkpoint, which the median member did not run; what if "
+        "it were gone: skewlens replay trace=RUN out=OUT 'slowdown.entries=[{kind:op,ranks:[1],"
+        f'first_step:{STALL_STEP},last_step:{STALL_STEP},factor:0,pattern:"checkpoint"}}]\' '
+        "(factor:0.5: half of it)"
+    ) in text, text
+    assert "took over twice" not in text
+
+
 def test_analyze_names_no_op_replay_for_a_scope_that_grew_by_less_than_it_takes_on_the_median_member(
     tmp_path: Path,
 ) -> None:
