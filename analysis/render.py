@@ -387,29 +387,36 @@ def what_if_notes(result: AnalysisResult, ranks: Sequence[int]) -> list[str]:
 #: At most this many runs of consecutive steps are named in a what-if of :func:`what_if_notes`
 #: (:func:`_what_if_steps`).
 WHAT_IF_STEPS = 4
+#: A step is named in a what-if where it holds this share of the wait the thing caused or more
+#: (:func:`_what_if_steps`): not one where a loaded host's noise made the peers wait a little.
+WHAT_IF_STEP_SHARE = 0.1
 
 
 def _what_if_steps(by_step: Mapping[int, int], floor: float, steps: int) -> tuple[tuple[int, int], ...]:
     """The runs of consecutive steps (first, last) that a what-if of :func:`what_if_notes` takes the thing
-    away at: every step where it made the rank's peers wait ``floor`` or more (a one-off's least, the step
-    holding most of it always), runs of consecutive ones merged; none (every step) where those are every one
-    of the ``steps``. Over :data:`WHAT_IF_STEPS` runs, the rule before: the one step holding over
-    :data:`UNEVEN_WAIT_SHARE` of the wait, else none (a scope that is in every step, a data loader's, taken
-    away at every step where it stalled at one and grew a little at many). Before, that rule was the only
-    one: a checkpoint rank 0 wrote every 3rd step while its peers waited at a barrier, 62% of their wait at
-    step 3 and 35% at step 6 (2 gloo ranks), was given a replay that took away step 3's alone."""
+    away at: every step where it made the rank's peers wait ``floor`` (a one-off's least) and
+    :data:`WHAT_IF_STEP_SHARE` of the wait or more (the step holding most of it always), runs of consecutive
+    ones merged. None (every step) where those are every one of the ``steps``, or hold under
+    :data:`UNEVEN_WAIT_SHARE` of the wait (it is spread over many steps); over :data:`WHAT_IF_STEPS` runs,
+    the rule before: the one step holding over :data:`UNEVEN_WAIT_SHARE` of the wait, else none (a scope in
+    every step, a data loader's, is not taken away at every step where it stalled at some). Before, that
+    rule was the only one: a checkpoint rank 0 wrote every 3rd step while its peers waited at a barrier, 62%
+    of their wait at step 3 and 35% at step 6 (2 gloo ranks), was given a replay that took away step 3's
+    alone."""
+    total = sum(by_step.values())
     worst = max(by_step, key=lambda s: (by_step[s], -s))
-    held = sorted(s for s, w in by_step.items() if w >= floor or s == worst)
+    least = max(floor, WHAT_IF_STEP_SHARE * total)
+    held = sorted(s for s, w in by_step.items() if w >= least or s == worst)
     runs: list[tuple[int, int]] = []
     for s in held:
         if runs and runs[-1][1] == s - 1:
             runs[-1] = (runs[-1][0], s)
         else:
             runs.append((s, s))
-    if len(held) >= steps:
+    if len(held) >= steps or sum(by_step[s] for s in held) < UNEVEN_WAIT_SHARE * total:
         return ()
     if len(runs) > WHAT_IF_STEPS:
-        return ((worst, worst),) if by_step[worst] > UNEVEN_WAIT_SHARE * sum(by_step.values()) else ()
+        return ((worst, worst),) if by_step[worst] > UNEVEN_WAIT_SHARE * total else ()
     return tuple(runs)
 
 

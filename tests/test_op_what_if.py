@@ -222,6 +222,8 @@ def test_analyze_names_the_op_replay_at_every_step_where_a_recurring_scope_stall
         ({1: 8, 3: 4}, 4, ((1, 1), (3, 3))),  # two checkpoints: both, not the worst alone
         ({1: 8, 2: 4}, 4, ((1, 2),)),  # consecutive: one run
         ({1: 8, 3: 0.5}, 4, ((1, 1),)),  # under the floor (1): not named
+        ({4: 200, 1: 1.5, 2: 3}, 6, ((4, 4),)),  # over the floor, under a tenth of the wait: noise
+        (dict.fromkeys(range(12), 1), 20, ()),  # spread thin over many steps: every step
         ({0: 1, 1: 1, 2: 1, 3: 1}, 4, ()),  # every step: none named
         # over 4 runs: the worst where it holds over half, else every step
         ({0: 30, 2: 1, 4: 1, 6: 1, 8: 1, 10: 1}, 12, ((0, 0),)),
