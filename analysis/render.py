@@ -663,7 +663,8 @@ def outliers_note(result: AnalysisResult, *, most: int = 3) -> str | None:
     work = sum(o.more_work for o in found)
     why = (
         f"{'it' if len(found) == 1 else f'{work:,} of them'} made or moved over {OUTLIER_FACTOR}x the "
-        "collectives or bytes of the median step: more work, such as a prefill or a longer request; "
+        "collectives or bytes of the median step: more work, such as an evaluation pass, a prefill or a "
+        "longer request; "
         if work
         else ""
     )

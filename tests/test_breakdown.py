@@ -297,8 +297,8 @@ def test_a_prefill_among_decode_steps_is_named_as_more_work_and_a_slow_step_is_n
         "step 1 took 3.0x the median step (on 2 ranks, e.g. rank 0: 6.000 against 2.000 ms); step 4 took "
         "24.0x the median step (on 2 ranks, e.g. rank 0: 48.000 against 2.000 ms; 16.0x the collectives and "
         "256.0x the bytes of the median step): the means include them (1 of them made or moved over 1.5x the "
-        "collectives or bytes of the median step: more work, such as a prefill or a longer request; a first "
-        "profiled step often holds warm-up); every step is in step_breakdown.parquet"
+        "collectives or bytes of the median step: more work, such as an evaluation pass, a prefill or a "
+        "longer request; a first profiled step often holds warm-up); every step is in step_breakdown.parquet"
     )
 
 
@@ -310,8 +310,8 @@ def test_a_prefill_in_the_fourth_profiled_step_is_more_work_and_no_warm_up(tmp_p
     assert outliers_note(result) == (
         "step 3 took 24.0x the median step (on 2 ranks, e.g. rank 0: 48.000 against 2.000 ms; 16.0x the "
         "collectives and 256.0x the bytes of the median step): the means include it (it made or moved over "
-        "1.5x the collectives or bytes of the median step: more work, such as a prefill or a longer "
-        "request); every step is in step_breakdown.parquet"
+        "1.5x the collectives or bytes of the median step: more work, such as an evaluation pass, a prefill "
+        "or a longer request); every step is in step_breakdown.parquet"
     )
 
 
