@@ -118,12 +118,16 @@ AUTOGRAD_PREFIX = "autograd::engine::evaluate_function: "
 def _short(name: str, limit: int = 64) -> str:
     """An op's name in a cause, cut to ``limit`` characters: a backward op without the autograd engine's
     prefix; a kernel by its function's name, without its signature (``void f<int>(float*, int)``: ``f``).
-    Only a name that ends in its parenthesis has a signature: ``enumerate(DataLoader)#_SingleProcess
-    DataLoaderIter.__next__`` (the DataLoader's scope) and ``train.py(42): step`` keep theirs."""
+    Only a name that ends in its parenthesis, opened right after the function's name, has a signature:
+    ``enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__`` (the DataLoader's scope) and
+    ``train.py(42): step`` keep theirs, and so does a name whose parenthesis follows a space, a note on
+    what the name names: FSDP2's scopes' module (``FSDP::all_gather (layers.0)``, which was cut to
+    ``FSDP::all_gather `` and lost which layer's all-gather grew), a copy's direction (``Memcpy HtoD
+    (Pageable -> Device)``)."""
     name = name.removeprefix(AUTOGRAD_PREFIX)
     if name.startswith("void "):
         name = re.split(r"[<(]", name[5:], maxsplit=1)[0] or name
-    elif "(" in name and name.endswith(")"):
+    elif "(" in name and name.endswith(")") and not name.split("(", 1)[0].endswith(" "):
         name = name.split("(", 1)[0] or name
     return name if len(name) <= limit else name[: limit - 1] + "…"
 

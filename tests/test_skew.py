@@ -145,6 +145,25 @@ def test_a_compute_cause_names_a_dataloaders_scope_whole_not_cut_at_its_parenthe
         assert cause.text == f"compute grew: {name} +1.0 ms"
 
 
+def test_a_compute_cause_keeps_a_note_in_parentheses_after_a_space_and_cuts_a_signature() -> None:
+    from skewlens.analysis.skew import Cause
+
+    # FSDP2's scopes name their module after a space (a torchtitan-style 2x2 mesh at ops: rank 1's cause read
+    # "FSDP::all_gather  +1.8 ms", which layer's all-gather lost), as Kineto names a copy's direction
+    for name in (
+        "FSDP::all_gather (layers.0)",
+        "FSDP::post_backward_reduce (layers.1)",
+        "FSDP::post_backward_rs_wait ()",
+        "Memcpy HtoD (Pageable -> Device)",
+    ):
+        cause = Cause(kind=CauseKind.COMPUTE, delta_ns=1_000_000, op=name, ops=((name, 1_000_000),))
+        assert cause.text == f"compute grew: {name} +1.0 ms"
+    # a kernel's signature, opened right after its name, is still cut
+    kernel = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+    cause = Cause(kind=CauseKind.COMPUTE, delta_ns=1_000_000, op=kernel, ops=((kernel, 1_000_000),))
+    assert cause.text == "compute grew: ncclDevKernel_AllReduce_Sum_f32_RING_LL +1.0 ms"
+
+
 def test_a_ranks_top_cause_gives_each_op_its_mean_growth_over_the_events_that_named_it() -> None:
     # the tp capture said "aten::mm +25.5 ms" where each event said +40: the sum over the three events with
     # exposed wait was divided by all five events blamed on the rank
