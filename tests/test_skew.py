@@ -180,6 +180,41 @@ def test_a_ranks_top_cause_gives_each_op_its_mean_growth_over_the_events_that_na
     assert cause.ops == (("aten::mm", 40 * MS),)
 
 
+def test_a_cause_names_an_op_once_where_the_autograd_engine_and_its_node_both_grew() -> None:
+    # a torchtitan-style 2x2 mesh at ops, rank 1 sleeping in each checkpointed block's forward: its
+    # recomputation lies inside the engine's "evaluate_function: MmBackward0", and the cause read
+    # "MmBackward0 +34.4 ms, RedistributeBackward +2.6 ms, MmBackward0 +1.4 ms"
+    import numpy as np
+
+    from skewlens.analysis.skew import AUTOGRAD_PREFIX, Cause, _grown_ops, _summarise, _Window
+
+    names = [f"{AUTOGRAD_PREFIX}MmBackward0", "RedistributeBackward", "MmBackward0", "aten::mm", "aten::add"]
+
+    def window(*ms: float) -> _Window:
+        by_name = np.array([int(m * MS) for m in ms], dtype=np.int64)
+        total = int(by_name.sum())
+        return _Window(
+            compute_ns=total, host_gap_ns=0, send_gap_ns=0, wait_ns=0, max_wait_row=-1, by_name=by_name
+        )
+
+    ops, was = _grown_ops(window(34.5, 2.6, 1.5, 1.2, 1.0), window(0.1, 0.0, 0.1, 0.0, 0.0), names)
+    grown = [(names[0], 35.8), ("RedistributeBackward", 2.6), ("aten::mm", 1.2)]
+    assert ops == tuple((n, int(ms * MS)) for n, ms in grown)
+    assert was == int(0.2 * MS)  # both names' time on the median member
+    cause = Cause(kind=CauseKind.COMPUTE, delta_ns=int(40 * MS), op=ops[0][0], ops=ops)
+    assert cause.text == "compute grew: MmBackward0 +35.8 ms, RedistributeBackward +2.6 ms, aten::mm +1.2 ms"
+
+    # a rank's top cause over events that named the op by either name: one label, its mean growth
+    def event(seq: int, name: str) -> SkewEvent:
+        c = Cause(kind=CauseKind.COMPUTE, delta_ns=30 * MS, op=name, ops=((name, 30 * MS),))
+        return _late_rank_1_event(seq, "all_reduce", late_ms=30, exposed_ms=30, cause=c)
+
+    top = _summarise([event(0, names[0]), event(1, "MmBackward0")]).top_cause_in()[1]
+    assert [(Cause(kind=CauseKind.COMPUTE, delta_ns=1, ops=(o,)).text, o[1]) for o in top.ops] == [
+        ("compute grew: MmBackward0 +30.0 ms", 30 * MS)
+    ]
+
+
 def test_a_ranks_top_cause_is_of_the_wait_it_caused_with_a_known_cause_and_clocks_that_agree() -> None:
     # rank 1 caused 10 ms of wait by compute, 40 ms at a collective whose clocks contradict each other and
     # 50 ms of no measurable cause: its top cause is the compute; a late arrival that made no one wait
