@@ -524,6 +524,26 @@ def test_at_the_ops_level_a_scope_enclosing_a_blocking_collective_keeps_its_own_
     ]
 
 
+def test_a_scope_opened_inside_a_python_dispatch_modes_handler_keeps_its_time_and_operators() -> None:
+    # with a TorchDispatchMode active, the call that opens a record_function's range is dispatched through
+    # the mode, whose PythonDispatchMode operator the range begins inside and outlives (and the one that
+    # closes it begins inside the range). Before, the range and its operators were the handler's children,
+    # left out: the scope's time was untraced (with the mode on, a 1-rank loop's record_function("myscope")
+    # around a matmul, and every FSDP2 scope and Optimizer.step of a 2x2-mesh run, were gone)
+    ops = [
+        host_op("PythonDispatchMode", 1_000, 2_000),  # record_function's enter, dispatched by the mode
+        host_op("myscope", 2_000, 40_000),
+        host_op("aten::mm", 5_000, 30_000),
+        host_op("PythonDispatchMode", 41_000, 2_000),  # its exit
+    ]
+    assert main_thread_compute(one_step([], ops=ops)) == [
+        (0, 1_000, UNTRACED_NAME),
+        (1_000, 2_000, "PythonDispatchMode"),
+        (2_000, 42_000, "myscope"),
+        (42_000, 60_000, UNTRACED_NAME),
+    ]
+
+
 def test_time_inside_nested_scopes_around_collectives_is_named_after_the_innermost_scope() -> None:
     # a program's record_function("user::step") around record_function("user::metrics") around an
     # all_reduce and record_function("user::sync") around another: each scope's own time is its own

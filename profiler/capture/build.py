@@ -88,6 +88,10 @@ COMM_CALL_PREFIXES = ("c10d::", "_c10d_functional::")
 #: Of those, the range a program's own torch.profiler opens at each ``prof.step()`` (whether or not it is
 #: recording: the capture's session records it too). It is no work: the operators inside it are the step's.
 PROFILER_STEP_PREFIX = "ProfilerStep"
+#: Kineto's operator for a Python ``TorchDispatchMode``'s handler of one call (``CommDebugMode``,
+#: ``FlopCounterMode``, a program's own mode); the calls that open and close a ``record_function``'s range
+#: are dispatched through it too.
+DISPATCH_MODE_OP = "PythonDispatchMode"
 #: Untraced host time ending at most this long after an async collective completed was a wait for it.
 WAIT_SLACK_NS = 1_000_000
 #: A hooked call and Kineto's c10d operator further apart than this are not the same call.
@@ -802,6 +806,11 @@ def _gap_protos(
     return out
 
 
+def _outlives(o: OpRecord, parent: OpRecord) -> bool:
+    """Whether ``o`` ends after ``parent`` does."""
+    return o.start_ns + o.dur_ns > parent.start_ns + parent.dur_ns
+
+
 def _op_protos(
     cap: RankCapture,
     streams: _Streams,
@@ -864,6 +873,13 @@ def _op_protos(
         for i, o in enumerate(ops):
             while stack and ops[stack[-1]].start_ns + ops[stack[-1]].dur_ns <= o.start_ns:
                 stack.pop()
+            # a Python dispatch mode's handler wraps the call that opens a record_function's range: the
+            # range begins inside it and runs on past it, and is not its work; the handler ends where the
+            # range begins (before, the range and all inside it were the handler's children, left out, and
+            # with any TorchDispatchMode active every FSDP2 scope and Optimizer.step was untraced time)
+            while stack and ops[stack[-1]].name == DISPATCH_MODE_OP and _outlives(o, ops[stack[-1]]):
+                crossed = stack.pop()
+                ops[crossed] = replace(ops[crossed], dur_ns=o.start_ns - ops[crossed].start_ns)
             (children[stack[-1]] if stack else roots).append(i)
             outlives = bool(stack) and o.start_ns + o.dur_ns > ops[stack[-1]].start_ns + ops[stack[-1]].dur_ns
             if not (outlives and o.name.startswith(COMM_OP_PREFIXES)):
