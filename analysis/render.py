@@ -420,6 +420,11 @@ def _what_if_steps(by_step: Mapping[int, int], floor: float, steps: int) -> tupl
     return tuple(runs)
 
 
+#: An autograd node's name (``MmBackward0``, DTensor's ``RedistributeBackward``, a custom Function's
+#: ``<Name>Backward``): an operator the engine ran (recomputation inside it too), not a program's scope.
+_AUTOGRAD_NODE = re.compile(r"Backward\d*$")
+
+
 def _stalled_op(c: Cause) -> bool:
     """Whether a compute cause's first-named op is a scope that stalled: not an operator (``aten::mm``,
     ``c10d::...``, ``autograd::engine::...``: a slower operator is a slower rank, which the what-if cost
@@ -427,9 +432,15 @@ def _stalled_op(c: Cause) -> bool:
     ``enumerate(DataLoader)#...``, ``Optimizer.step#SGD.step`` or a ``record_function``'s; grown by half the
     cause or more, and by more than it took on the median member. Nor the capture's own host-time nodes
     (:data:`~skewlens.replay.execution.HOST_TIME_NAMES`): the ``collectives`` level's ``compute`` is all of a
-    rank's work between two collectives, which an ``op`` replay at factor 0 would take away whole."""
+    rank's work between two collectives, which an ``op`` replay at factor 0 would take away whole. Nor an
+    autograd node (:data:`_AUTOGRAD_NODE`): an op replay would take its whole backward op away."""
     name, grew = c.ops[0]
-    scope = "::" not in name and not name.startswith("void ") and name not in HOST_TIME_NAMES
+    scope = (
+        "::" not in name
+        and not name.startswith("void ")
+        and name not in HOST_TIME_NAMES
+        and _AUTOGRAD_NODE.search(name) is None
+    )
     return scope and 2 * grew >= c.delta_ns and grew > c.op_median_ns
 
 

@@ -326,3 +326,19 @@ def test_analyze_names_no_op_replay_for_the_collectives_levels_compute_gap_that_
     text = stragglers_text(two_rank_run(tmp_path, work, "collectives"))
     assert f"compute grew: {COMPUTE_GAP_NODE_NAME} +" in text
     assert "what if it were gone" not in text and "its scope" not in text
+
+
+@pytest.mark.parametrize("name", ["MmBackward0", "RedistributeBackward", "CheckpointFunctionBackward"])
+def test_analyze_names_no_op_replay_for_an_autograd_node_that_grew(tmp_path: Path, name: str) -> None:
+    # an autograd node (a backward op's own name, no '::' in it) is an operator the engine ran, not a scope of
+    # the program's: it grows where the rank is slower, or where activation checkpointing recomputes inside it
+    # (a TP recipe's rank sleeping in forward read "MmBackward0 +32.9 ms"); an op replay at factor 0 would
+    # take the whole backward matmul away, not the stall
+    def work(rb: RankBuilder, r: int, s: int, t: int) -> int:
+        comp = 2_000_000 + (STALL_NS if (r, s) == (1, STALL_STEP) else 0)
+        rb.compute(name, dur_ns=comp, start_ns=t)
+        return t + comp
+
+    text = stragglers_text(two_rank_run(tmp_path, work, "ops"))
+    assert f"compute grew: {name} +" in text
+    assert "its scope" not in text and "kind:op" not in text
