@@ -414,7 +414,8 @@ class ModelTiming:
                 alphas = self._hop_alphas(unit, members, pairs)
                 t = max(self._busiest_t(w, unit, alphas) for w in weighed)
                 for d in self._ring_dims(dims):
-                    # a ring link is its two end units' members on that ring's (as round a ring alone)
+                    # a ring link is its two end units' members on that ring's (as round a ring alone): a
+                    # unit no member holds is not the group's, nor its slowdown (its factor: none's)
                     size = self._ring_size(d, members)
                     ring_w: dict[tuple[int, ...], float] = {}
                     for k, carried in self._ring_loads(pairs, d, members).items():
@@ -426,7 +427,7 @@ class ModelTiming:
                             and c[d + 1 :] == outer
                             and self.topology.link(r, d)[1] == rail
                         )
-                        ring_w[k] = carried / (factor(on_ends, d) if on_ends else adj[d][0])
+                        ring_w[k] = carried / factor(on_ends, d)
                     t = max(t, self._busiest_t(ring_w, unit, alphas))
                 result = self._ns(t, f"one all_to_all of {sum(n for *_, n in pairs):,} B among {p} ranks")
             else:

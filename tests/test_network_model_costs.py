@@ -529,6 +529,26 @@ def test_a_slow_rank_slows_the_links_of_its_own_ring_not_those_of_the_ring_besid
     assert cost(2) == round(2 * ALPHA + S / BW)
 
 
+def test_a_slow_rank_does_not_slow_a_ring_link_between_nodes_where_its_group_has_no_member() -> None:
+    # 4 of the 16 ranks: slot 0 of nodes 0, 3 and 6, and slot 1 of node 6. Rank 0 to rank 6 (nodes 0 to 3 on
+    # slot 0's ring, 3 hops, 3 α) crosses the link from node 1 to node 2, whose ends hold no member of the
+    # group; rank 12 (node 6) at half speed is at neither end of any link on the way: S at full speed, as
+    # round a ring alone (ranks 0, 3, 6 of a ring of 8, rank 6 at half speed, 0 to 3). Before, that link
+    # took the group's factor, the slow rank's: 43,443 ns
+    half = SlowdownModel([Slowdown(kind="network", ranks=(12,), factor=0.5)])
+    timing = ModelTiming(_ring_of_nodes(0), algorithm="direct", network_effects=half)
+    got = timing.collective_time_ns(CommType.ALL_TO_ALL, S, (0, 6, 12, 13), pairs=[(0, 6, S)])
+    assert got == round(3 * ALPHA + S / BW) == 22_472
+    # rank 0 to rank 12 (nodes 0 to 6, the other way round: 2 hops) ends at the slow rank's node: slowed
+    assert timing.collective_time_ns(CommType.ALL_TO_ALL, S, (0, 6, 12, 13), pairs=[(0, 12, S)]) == round(
+        2 * ALPHA + S / (BW * 0.5)
+    )
+    ring = Topology(name="ring", dims=(Dimension(kind="ring", size=8, bandwidth_gbps=BW, latency_ns=ALPHA),))
+    alone = SlowdownModel([Slowdown(kind="network", ranks=(6,), factor=0.5)])
+    timing = ModelTiming(ring, algorithm="direct", network_effects=alone)
+    assert timing.collective_time_ns(CommType.ALL_TO_ALL, S, (0, 3, 6), pairs=[(0, 3, S)]) == got
+
+
 def test_a_halving_doubling_reduce_scatter_across_a_ring_of_nodes_pays_the_ring_links_of_its_far_steps() -> (
     None
 ):
