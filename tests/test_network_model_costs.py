@@ -459,6 +459,29 @@ def test_a_group_on_part_of_both_rings_of_a_torus_pays_its_farthest_pairs_shorte
     assert timing.collective_time_ns(CommType.BROADCAST, S, group) == round(4 * (4 * ALPHA + S / BW))
 
 
+def test_a_pair_crossing_both_rings_of_a_torus_goes_round_the_inner_ring_in_its_sources_row() -> None:
+    # 8 x 4 (rank x + 8 y): rank 0 (0, 0) to rank 9 (1, 1) and rank 16 (0, 2) to rank 10 (2, 1) cross the
+    # inner ring's link from x = 0 to 1 in their sources' rows, y = 0 and y = 2, S each, then the outer ring
+    # at their destinations' x; taken in the destinations' row, y = 1, that link would carry 2 S. The
+    # farthest pair's hops: 2 round the inner ring, 1 round the outer
+    timing = ModelTiming(_torus(8, 4), algorithm="direct")
+    pairs = [(0, 9, S), (16, 10, S)]
+    got = timing.collective_time_ns(CommType.ALL_TO_ALL, S, range(32), pairs=pairs)
+    assert got == round(3 * ALPHA + S / BW)
+
+
+def test_a_fat_tree_of_nodes_is_no_ring_its_links_are_the_nics_alone() -> None:
+    # 8 nodes of 2 ranks on a fat tree (a NIC per rank): an even all_to_all of S sends 14 parts of S/16 a
+    # rank through its NIC, one α; halving_doubling's reduce_scatter crosses nodes in its steps 8, 4 and 2
+    # apart (S/2, S/4, S/8 through a NIC, one α each), then the switch (S/16). Taken round a ring of the 8
+    # nodes, each would pay the ring's links and hops too (49,943 and 82,785 ns)
+    timing = ModelTiming(two_level(per_node=2, nodes=8), algorithm="halving_doubling")
+    got = timing.collective_time_ns(CommType.ALL_TO_ALL, S, range(16))
+    assert got == round(2_000 + 14 * (S / 16) / 25.0) == 38_700
+    steps = 3 * 2_000 + (S / 2 + S / 4 + S / 8) / 25.0 + 300 + S / 16 / 200.0
+    assert timing.collective_time_ns(CommType.REDUCE_SCATTER, S, range(16)) == round(steps) == 43_328
+
+
 def _ring_of_nodes(links: int) -> Topology:
     """8 nodes of 2 ranks (a 200 GB/s, 300 ns switch) on a ring of 50 GB/s, 500 ns links, ``links`` rings
     side by side (0: one per rank slot, 2; 1: one per node)."""
@@ -527,6 +550,16 @@ def test_a_slow_rank_slows_the_links_of_its_own_ring_not_those_of_the_ring_besid
 
     assert cost(18) == round(2 * ALPHA + S / (BW * 0.5))
     assert cost(2) == round(2 * ALPHA + S / BW)
+
+
+def test_a_slow_rank_slows_the_ring_link_into_its_node_as_well_as_the_one_out_of_it() -> None:
+    # rank 2 (node 1, slot 0) sends S to rank 4 (node 2, slot 0), at half speed, and S on to rank 6 (node
+    # 3): the slot-0 link from node 1 into node 2 carries 2 S and has rank 4 at one end, so it runs at half
+    # speed: 2 S at half speed, where the link out of node 2 carries S and rank 4's port S
+    half = SlowdownModel([Slowdown(kind="network", ranks=(4,), factor=0.5)])
+    timing = ModelTiming(_ring_of_nodes(0), algorithm="direct", network_effects=half)
+    got = timing.collective_time_ns(CommType.ALL_TO_ALL, S, range(16), pairs=[(2, 4, S), (2, 6, S)])
+    assert got == round(2 * ALPHA + 2 * S / (BW * 0.5))
 
 
 def test_a_slow_rank_does_not_slow_a_ring_link_between_nodes_where_its_group_has_no_member() -> None:
