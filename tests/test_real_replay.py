@@ -714,6 +714,99 @@ def test_threads_in_the_same_order_on_every_rank_are_replayed_on_one_thread_with
     )
 
 
+def _stuck(b: RunBuilder, path: Path) -> str | None:
+    run = load_run(b.write(path))
+    return serial_deadlock(run, {r: rank_plan(rt, run, NO_EFFECTS) for r, rt in run.ranks.items()})
+
+
+def test_a_later_wait_for_an_asynchronous_collective_crossed_with_a_peers_blocking_one_is_found(
+    tmp_path: Path,
+) -> None:
+    # rank 0's main thread issues group '0''s all_reduce asynchronously (gloo's stream 1000), computes, then
+    # waits for it (a wait edge: the wait's start follows the compute) while its checkpoint thread (stream
+    # 7) all-gathers later; rank 1's checkpoint thread all-gathers first, and its main thread all-reduces
+    # after: in start order on one thread, rank 0 waits for the all_reduce, rank 1 (at its checkpoint
+    # write) for the all_gather. Found only where a wait's wait edges are read, not only its start edges
+    b = RunBuilder(2, {"0": (0, 1), "ckpt": (0, 1)})
+    wait = sorted(WAIT_NODE_NAMES)[0]
+    r0 = b.rank(0).step(0)
+    ar = r0.collective(CommType.ALL_REDUCE, 1024, int(3.2 * MS), pg="0", start_ns=0, stream=1000)
+    r0.compute("aten::mm", MS // 2, start_ns=MS // 10)
+    r0.compute(wait, int(2.3 * MS), start_ns=MS, deps=(ar,))
+    ag = r0.collective(CommType.ALL_GATHER, 4096, MS // 5, pg="ckpt", start_ns=2 * MS, stream=7)
+    r0.compute("ckpt_write", MS // 2, stream=7, deps=(ag,))
+    r1 = b.rank(1).step(0)
+    ag = r1.collective(CommType.ALL_GATHER, 4096, int(2.2 * MS), pg="ckpt", start_ns=0, stream=7)
+    r1.compute("ckpt_write", MS // 2, stream=7, deps=(ag,))
+    mm = r1.compute("aten::mm", 3 * MS, start_ns=MS // 10)
+    ar = r1.collective(
+        CommType.ALL_REDUCE, 1024, MS // 5, pg="0", start_ns=int(3.1 * MS), stream=1000, deps=(mm,)
+    )
+    r1.compute(wait, MS // 10, start_ns=int(3.2 * MS), deps=(ar,))
+    assert _stuck(b, tmp_path / "run") == (
+        f"rank 0 would wait at {wait} (node 3, stream 0) for all_reduce group '0' seq 0 (node 1) of stream "
+        "1000, which rank(s) 1 would not have issued; rank 1 would wait at ckpt_write (node 2, stream 7) for "
+        "all_gather group 'ckpt' seq 0 (node 1) of stream 7, which rank(s) 0 would not have issued"
+    )
+
+
+def test_a_broadcasts_receiver_waits_for_its_root_alone_so_a_later_member_holds_no_one(
+    tmp_path: Path,
+) -> None:
+    # rank 1 receives rank 0's broadcast, then all-reduces with rank 2, which broadcasts only after that:
+    # a receiver waits for the root's arrival, not rank 2's, and the root for no one, so every rank gets
+    # through on one thread (waiting for every member's arrival, ranks 1 and 2 would wait for each other)
+    b = RunBuilder(3, groups={"0": (0, 1, 2), "bc": (0, 1, 2), "p": (1, 2)})
+    b.rank(0).step(0).collective(CommType.BROADCAST, 1024, MS, pg="bc", root=0, start_ns=0)
+    r1 = b.rank(1).step(0)
+    bc = r1.collective(CommType.BROADCAST, 1024, MS, pg="bc", root=0, start_ns=0)
+    r1.compute("aten::add", MS // 10, deps=(bc,))
+    ar = r1.collective(CommType.ALL_REDUCE, 1024, MS, pg="p")
+    r1.compute("aten::add", MS // 10, deps=(ar,))
+    r2 = b.rank(2).step(0)
+    ar = r2.collective(CommType.ALL_REDUCE, 1024, 2 * MS, pg="p", start_ns=0)
+    r2.compute("aten::add", MS // 10, deps=(ar,))
+    bc = r2.collective(CommType.BROADCAST, 1024, MS, pg="bc", root=0)
+    r2.compute("aten::add", MS // 10, deps=(bc,))
+    assert _stuck(b, tmp_path / "run") is None
+
+
+def test_an_eager_send_completes_without_its_receiver_so_a_collective_after_it_is_no_deadlock(
+    tmp_path: Path,
+) -> None:
+    # rank 0's send ended before rank 1 posted the recv (eager: it waits for no one), and rank 0's next op
+    # waits for it; rank 1 all-reduces with rank 0 before its recv: on one thread per rank both get through
+    # (were the send to wait for the recv, rank 0 would never reach the all_reduce that rank 1 waits in)
+    b = RunBuilder(2)
+    r0 = b.rank(0).step(0)
+    send = r0.send(1, 1024, MS // 10, start_ns=0)
+    r0.compute("aten::add", MS // 2, deps=(send,))
+    r0.collective(CommType.ALL_REDUCE, 1024, MS, start_ns=MS)
+    r1 = b.rank(1).step(0)
+    ar = r1.collective(CommType.ALL_REDUCE, 1024, 2 * MS, start_ns=0)
+    r1.compute("aten::add", MS // 10, deps=(ar,))
+    r1.recv(0, 1024, MS // 10, start_ns=3 * MS)
+    assert _stuck(b, tmp_path / "run") is None
+
+
+def test_a_deadlock_of_four_ranks_names_each_and_no_more(tmp_path: Path) -> None:
+    # ranks 0 and 1 cross groups a and b on one thread, ranks 2 and 3 groups c and d: four stuck ranks, each
+    # named, and no "more" (that is for a fifth on)
+    groups = {"0": (0, 1, 2, 3), "a": (0, 1), "b": (0, 1), "c": (2, 3), "d": (2, 3)}
+    b = RunBuilder(4, groups=groups)
+    for r, order in ((0, "ab"), (1, "ba"), (2, "cd"), (3, "dc")):
+        for g in order:
+            b.rank(r).step(0).collective(CommType.ALL_REDUCE, 1024, MS, pg=g)
+    stuck = _stuck(b, tmp_path / "run")
+    assert stuck is not None
+    assert [part.split(" would wait for all_reduce group ")[0] for part in stuck.split("; ")] == [
+        "rank 0",
+        "rank 1",
+        "rank 2",
+        "rank 3",
+    ]
+
+
 METRICS_THREAD_SCRIPT = """
 import queue, threading, time
 import torch, torch.distributed as dist
