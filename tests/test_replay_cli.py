@@ -709,6 +709,22 @@ def test_an_added_group_entry_is_checked_as_a_chosen_one_where_the_users_primary
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.parametrize("group", ["hydra/launcher", "hydra/sweeper"])
+def test_an_added_hydra_plugin_entry_is_refused_in_one_line_where_the_users_primary_config_chooses_no_group(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], group: str
+) -> None:
+    # a primary config of the user's may add a group replay.yaml chooses, but Hydra's own config chooses
+    # its plugins' (basic) whatever the primary config is: +hydra/launcher=basic is refused as without one
+    cfg = tmp_path / "cfg"
+    cfg.mkdir()
+    (cfg / "mine.yaml").write_text("defaults:\n  - replay_schema\n  - _self_\n")
+    args = ["replay", "-cd", str(cfg), "-cn", "mine", f"trace={run_dir}", f"out={tmp_path / 'o'}"]
+    assert skewlens_main([*args, f"+{group}=basic"]) == 2
+    says = f"+{group}=basic: Hydra chooses a {group} already; give {group}=basic, without the +"
+    assert capsys.readouterr().err.strip().splitlines() == [f"skewlens replay: error: {says}"]
+    assert not (tmp_path / "o").exists()
+
+
 @pytest.mark.parametrize(
     ("added", "says"),
     [
