@@ -907,6 +907,27 @@ def test_a_file_too_old_or_too_new_to_read_says_which_command_writes_it_again_or
     )
 
 
+def test_every_table_an_export_or_a_replay_writes_is_remade_by_that_command_when_too_old(
+    tmp_path: Path,
+) -> None:
+    # each of the export's tables (its partitioned and single files) and the replay's timeline: a file of
+    # one too old to read names the command that writes it, not 'skewlens analyze'
+    from skewlens.profiler.store.parquet import PARTITIONED, SINGLE
+    from skewlens.profiler.store.schema import NodeRecord, table_from_records, write_table
+
+    current = table_from_records(NodeRecord, [_node_record()], "nodes")
+    remade = dict.fromkeys((*PARTITIONED, *SINGLE), "skewlens export RUN --out DIR")
+    remade["timeline"] = "skewlens replay trace=RUN out=DIR"
+    for table, how in remade.items():
+        f = write_table(
+            current.replace_schema_metadata({META_VERSION: b"3", META_TABLE: table.encode()}),
+            tmp_path / f"{table}.parquet",
+        )
+        with pytest.raises(SkewlensError) as e:
+            read_table(f)
+        assert str(e.value).endswith(f"write it again from its run with this one: {how}"), table
+
+
 def test_an_export_with_errors_keeps_the_rank_of_an_all_to_all_with_inconsistent_splits_without_them(
     tmp_path: Path,
 ) -> None:
