@@ -789,6 +789,31 @@ def test_an_eager_send_completes_without_its_receiver_so_a_collective_after_it_i
     assert _stuck(b, tmp_path / "run") is None
 
 
+def test_a_gathers_root_arriving_last_in_a_pass_lets_a_member_waiting_for_it_go_on(tmp_path: Path) -> None:
+    # rank 0 waits in a gather for its root, rank 1, which issues it only once its asynchronous all_reduce
+    # with rank 2 is done, then waits there for rank 2; rank 2 all-reduces with rank 0 before it gathers.
+    # The root's arrival alone lets rank 0 go on (to rank 2's all_reduce, and rank 2 to the gather): every
+    # rank gets through, though in the play-out the root's issue is the only thing that moves at that turn
+    b = RunBuilder(3, groups={"0": (0, 1, 2), "g": (0, 1, 2), "q": (0, 2), "r": (1, 2)})
+    r0 = b.rank(0).step(0)
+    ga = r0.collective(CommType.GATHER, 1024, 3 * MS, pg="g", root=1, start_ns=0)
+    r0.compute("aten::add", MS // 10, deps=(ga,))
+    q = r0.collective(CommType.ALL_REDUCE, 1024, MS // 10, pg="q", start_ns=4 * MS)
+    r0.compute("aten::add", MS // 10, deps=(q,))
+    r1 = b.rank(1).step(0)
+    r = r1.collective(CommType.ALL_REDUCE, 1024, 2 * MS, pg="r", start_ns=0, stream=1000)
+    r1.compute("aten::mm", MS, start_ns=MS // 10)
+    ga = r1.collective(CommType.GATHER, 1024, 3 * MS, pg="g", root=1, start_ns=int(2.5 * MS), deps=(r,))
+    r1.compute("aten::add", MS // 10, deps=(ga,))
+    r2 = b.rank(2).step(0)
+    r2.collective(CommType.ALL_REDUCE, 1024, MS // 10, pg="r", start_ns=2 * MS, stream=1000)
+    q = r2.collective(CommType.ALL_REDUCE, 1024, 2 * MS, pg="q", start_ns=int(2.2 * MS))
+    r2.compute("aten::add", MS // 10, deps=(q,))
+    ga = r2.collective(CommType.GATHER, 1024, MS // 10, pg="g", root=1, start_ns=int(4.5 * MS))
+    r2.compute("aten::add", MS // 10, deps=(ga,))
+    assert _stuck(b, tmp_path / "run") is None
+
+
 def test_a_deadlock_of_four_ranks_names_each_and_no_more(tmp_path: Path) -> None:
     # ranks 0 and 1 cross groups a and b on one thread, ranks 2 and 3 groups c and d: four stuck ranks, each
     # named, and no "more" (that is for a fifth on)
