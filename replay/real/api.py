@@ -165,8 +165,11 @@ def serial_deadlock(run: RunTrace, plans: dict[int, list[ReplayOp]]) -> str | No
         rt = run.ranks[r]
         waits = [d for d in (*op.deps, *op.wait_deps) if d in issued[r] and not done(r, d)]
         c = waits[0] if waits else op.row
-        g, _k = member[r, c]
-        late = ", ".join(str(x) for j, x in enumerate(em.syncs[g].ranks) if j not in arrived[g])
+        g, k = member[r, c]
+        # the arrivals it waits for (its waits_for: a broadcast's receiver its root's alone) not yet issued
+        w = em.syncs[g].waits_for[k]
+        awaited = range(len(em.syncs[g].ranks)) if w < 0 else (w,)
+        late = ", ".join(str(em.syncs[g].ranks[j]) for j in awaited if j not in arrived[g])
         where = (
             "" if c == op.row else f"at {rt.name(op.row)} (node {op.node_id}, stream {rt.stream[op.row]}) "
         )
