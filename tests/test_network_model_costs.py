@@ -562,6 +562,23 @@ def test_a_slow_rank_slows_the_ring_link_into_its_node_as_well_as_the_one_out_of
     assert got == round(2 * ALPHA + 2 * S / (BW * 0.5))
 
 
+def test_a_slowed_link_between_ranks_of_next_nodes_slows_their_ring_link_for_all_it_carries() -> None:
+    # the link between ranks 4 and 6 (slot 0 of nodes 2 and 3) at half speed is slot 0's ring link between
+    # those nodes: rank 4's S to rank 6 and rank 2's S to rank 8 (nodes 1 to 4, 3 hops) both cross it, 2 S at
+    # half speed; rank 2's pair is not slowed, nor any port with one of them
+    slowed = SlowdownModel([Slowdown(kind="network", links=((4, 6),), factor=0.5)])
+    timing = ModelTiming(_ring_of_nodes(0), algorithm="direct", network_effects=slowed)
+    got = timing.collective_time_ns(CommType.ALL_TO_ALL, S, range(16), pairs=[(4, 6, S), (2, 8, S)])
+    assert got == round(3 * ALPHA + 2 * S / (BW * 0.5))
+
+
+def test_a_slowdowns_extra_latency_is_paid_on_every_hop_round_a_ring() -> None:
+    # rank 0 to rank 4 of a ring of 8: 4 hops, each α plus the slowdown's 100 ns
+    ring = Topology(name="ring", dims=(Dimension(kind="ring", size=8, bandwidth_gbps=BW, latency_ns=ALPHA),))
+    timing = ModelTiming(ring, network_effects=Slower(1.0, 100))
+    assert timing.p2p_time_ns(0, 4, S) == round(4 * (ALPHA + 100) + S / BW)
+
+
 def test_a_slow_rank_does_not_slow_a_ring_link_between_nodes_where_its_group_has_no_member() -> None:
     # 4 of the 16 ranks: slot 0 of nodes 0, 3 and 6, and slot 1 of node 6. Rank 0 to rank 6 (nodes 0 to 3 on
     # slot 0's ring, 3 hops, 3 α) crosses the link from node 1 to node 2, whose ends hold no member of the
