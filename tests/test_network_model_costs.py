@@ -936,3 +936,58 @@ def test_a_hierarchical_all_reduce_over_nodes_apart_round_a_ring_pays_their_gap_
     # neighbouring nodes: one hop
     near = ALPHA + S / (2 * 2 * BW)
     assert timing.collective_time_ns(CommType.ALL_REDUCE, S, (0, 1, 2, 3)) == round(2 * intra + 2 * near)
+
+
+def test_a_halving_doubling_reduce_scatter_of_a_group_not_a_power_of_two_pays_the_fold_too() -> None:
+    # MPICH's recursive halving on p = q + r members: the first 2r fold in pairs (one sends its whole S to the
+    # other, α + S/B), the q left halve over the p pieces of S/p, the first r of them holding two (their
+    # partner's too), so the pair holding piece 0 moves the most each step, then each folded member gets its
+    # own piece back (α + S/(pB)). Before, every p was charged ⌈log2 p⌉ α + (p-1)/p S/B, the least a port
+    # moves, with no fold, while the all_reduce paid it: 3 ranks, 6 MiB, 84,886 ns here, now 253,158
+    flat = Topology(name="f", dims=(Dimension(kind="switch", size=0, bandwidth_gbps=BW, latency_ns=ALPHA),))
+    timing = ModelTiming(flat, algorithm="halving_doubling")
+    big = 6 * S
+    # 3 ranks, q = 2: fold S; one step, new rank 0 holding pieces 0 and 1 receives both, 2 S/3; S/3 back
+    assert timing.collective_time_ns(CommType.REDUCE_SCATTER, big, range(3)) == round(
+        3 * ALPHA + (1 + 2 / 3 + 1 / 3) * big / BW
+    )
+    # 6 ranks, q = 4, r = 2: fold S; new rank 0's half [0, 2) is 2 + 2 pieces, then [0, 1) 2 pieces; S/6 back
+    assert timing.collective_time_ns(CommType.REDUCE_SCATTER, big, range(6)) == round(
+        4 * ALPHA + (1 + 4 / 6 + 2 / 6 + 1 / 6) * big / BW
+    )
+    # a power of two keeps recursive halving alone
+    assert timing.collective_time_ns(CommType.REDUCE_SCATTER, big, range(8)) == round(
+        3 * ALPHA + 7 / 8 * big / BW
+    )
+    # all_gather (Bruck's) takes ⌈log2 p⌉ steps and (p-1)/p of S for any p: no fold (S: 3 pieces of 2 MiB)
+    assert timing.collective_time_ns(CommType.ALL_GATHER, 2 * S, range(3)) == round(
+        2 * ALPHA + 2 / 3 * 3 * 2 * S / BW
+    )
+
+
+def test_each_way_a_halving_reduce_scatter_not_a_power_of_two_is_costed_agrees_on_a_flat_switch() -> None:
+    # halving_doubling's and tree's (charged halving's formula) reduce_scatter and reduce_scatter_block, and a
+    # group across two dimensions alike (a GPU a link, 500 ns, 50 GB/s on both: a flat switch), all pay the
+    # fold: p = 5, q = 4, r = 1: new rank 0's half [0, 2) is 2 + 1 pieces, then [0, 1) 2
+    flat = Topology(name="f", dims=(Dimension(kind="switch", size=0, bandwidth_gbps=BW, latency_ns=ALPHA),))
+    two = Topology(
+        name="two",
+        dims=(
+            Dimension(kind="switch", size=3, bandwidth_gbps=BW, latency_ns=ALPHA),
+            Dimension(kind="fat_tree", size=2, bandwidth_gbps=BW, latency_ns=ALPHA),
+        ),
+    )
+    big = 6 * S
+    want = {
+        3: 3 * ALPHA + (1 + 2 / 3 + 1 / 3) * big / BW,
+        5: 4 * ALPHA + (1 + 3 / 5 + 2 / 5 + 1 / 5) * big / BW,
+        6: 4 * ALPHA + (1 + 4 / 6 + 2 / 6 + 1 / 6) * big / BW,
+    }
+    for p, t in want.items():
+        for algorithm in ("halving_doubling", "tree"):
+            for comm_type in (CommType.REDUCE_SCATTER, CommType.REDUCE_SCATTER_BLOCK):
+                got = ModelTiming(flat, algorithm=algorithm).collective_time_ns(comm_type, big, range(p))
+                assert got == round(t), (p, algorithm, comm_type)
+    across = ModelTiming(two, algorithm="halving_doubling")
+    assert across.collective_time_ns(CommType.REDUCE_SCATTER, big, range(6)) == round(want[6])
+    assert across.collective_time_ns(CommType.REDUCE_SCATTER, big, (0, 1, 3, 4, 5)) == round(want[5])

@@ -12,8 +12,17 @@ Every formula is the time from the last member's arrival until all members are d
   ``q`` left run recursive halving and doubling, and the whole result goes back to the folded ones; 3 ranks
   pay ``4α + 3S/B``, not the ring's ``4α + 4/3·S/B``); direct ``2α + 2(p−1)/p·S/B``.
 - reduce_scatter, all_gather, gather, scatter: ring ``(p−1)(α + S/(pB))``; tree and halving_doubling
-  ``Lα + (p−1)/p·S/B`` (for ``p`` not a power of two the least a port can move, optimistic: no fold is
-  charged); direct ``α + (p−1)/p·S/B``.
+  ``Lα + (p−1)/p·S/B``; direct ``α + (p−1)/p·S/B``. halving_doubling's (and tree's, its formula)
+  reduce_scatter on ``p`` not a power of two folds as its all_reduce does (``q`` and ``r = p − q``, one
+  helper, ``fold``), as MPICH's recursive halving runs it: the first ``2r`` members fold in pairs (one
+  sends the other its whole ``S``), the ``q`` left halve over the ``p`` pieces of ``S/p``, the first ``r``
+  of them holding two (their partner's too), and each folded member gets its piece back:
+  ``(log2 q + 2)α + (1 + (q + Σ_{j < log2 q} min(r, 2^j))/p)·S/B``: the fold's ``S``, then the pair
+  holding piece 0 moves the most, ``2^j`` pieces and the ``min(r, 2^j)`` doubled among them in the step
+  with its partner ``2^j`` away, ``q − 1`` and the sum in all, and one piece back (3 ranks ``3α + 2S/B``,
+  6 ranks ``4α + 13/6·S/B``, not ``2α + 2/3·S/B`` and ``3α + 5/6·S/B``, the least a port moves).
+  all_gather (Bruck's, ``L`` steps and ``(p−1)/p`` of ``S`` for any ``p``), gather and scatter (binomial
+  trees, likewise) need no fold.
 - all_to_all: ring ``(p−1)(α + S/(pB))``; tree and halving_doubling (Bruck) ``L(α + S/(2B))``;
   direct ``α + (p−1)/p·S/B``. Even splits (each member sends ``even_split_bytes`` to each other); with
   uneven ones the caller makes ``S`` the size whose ``(p−1)/p`` is what the busiest member sends or
@@ -88,6 +97,8 @@ from skewlens.profiler.vocab import CommType
 
 ALGORITHMS = ("ring", "tree", "halving_doubling", "direct", "hierarchical")
 
+_REDUCE_SCATTERS = frozenset({CommType.REDUCE_SCATTER, CommType.REDUCE_SCATTER_BLOCK})
+
 _RS_LIKE = frozenset(
     {
         CommType.REDUCE_SCATTER,
@@ -105,6 +116,14 @@ def even_split_bytes(nbytes: int, p: int) -> int:
     real replay issues, what the network model costs, and ``p − 1`` of them are what its port carries in
     ``skewlens.replay.lower.collective_bytes``)."""
     return nbytes // p
+
+
+def fold(p: int) -> tuple[int, int]:
+    """A halving_doubling group of ``p`` as MPICH folds it: ``q``, the largest power of two at most ``p``,
+    who halve (and double), and ``r = p − q``: the first ``2r`` members pair up and one of each pair hands
+    the other its whole input first, then waits for its result (``r = 0``: a power of two, no fold)."""
+    q = 1 << (p.bit_length() - 1) if p > 0 else 0
+    return q, p - q
 
 
 def log2_ceil(p: int) -> int:
@@ -130,19 +149,25 @@ def flat_time_ns(
         if alg == "tree":
             return 2 * big_l * alpha + 2 * s / bw
         if alg == "halving_doubling":
-            if p & (p - 1):
+            q, r = fold(p)
+            if r:
                 # not a power of two: Rabenseifner's way (MPICH): the first 2r of the p = q + r members fold
                 # in pairs, one sending the other its whole S, the q left halve and double, and the whole
                 # result goes back: 2α + 2S/B more than q's (before, 2(p−1)/p·S/B, the least any all_reduce
                 # through one port can take: 3 ranks as cheap as the ring, which no halving-doubling is)
-                q = 1 << (p.bit_length() - 1)
-                return (2 * (q.bit_length() - 1) + 2) * alpha + (2 * (q - 1) / q + 2) * s / bw
+                return (2 * log2_ceil(q) + 2) * alpha + (2 * (q - 1) / q + 2) * s / bw
             return 2 * big_l * alpha + 2 * frac
         return 2 * alpha + 2 * frac
     if comm_type in _RS_LIKE:
         if alg == "ring":
             return (p - 1) * (alpha + s / (p * bw))
         if alg in ("tree", "halving_doubling"):
+            q, r = fold(p)
+            if r and comm_type in _REDUCE_SCATTERS:
+                # MPICH's recursive halving: the fold, the q halving over the p pieces, a folded member's
+                # piece back (before, (p−1)/p·S/B, no fold: 3 ranks 2α + 2/3·S/B, its all_reduce 4α + 3S/B)
+                pieces = q + sum(min(r, 1 << j) for j in range(log2_ceil(q)))
+                return (log2_ceil(q) + 2) * alpha + (1 + pieces / p) * s / bw
             return big_l * alpha + frac
         return alpha + frac
     if comm_type == CommType.ALL_TO_ALL:
