@@ -400,6 +400,42 @@ def test_an_unknown_topology_or_slowdown_entry_is_one_line_listing_the_entries(
     assert not (tmp_path / "o").exists()
 
 
+#: What the refusal of a list of a group's entries says after the list.
+ONE_ENTRY = (
+    "takes one entry, not a list (Hydra would merge them into one, the last one's settings replacing the "
+    "others')"
+)
+
+
+@pytest.mark.parametrize(
+    ("override", "error"),
+    [
+        # Hydra merges a list into one entry, jitter's items under straggler's knobs: no straggler; the entry
+        # check split it at its commas: 'slowdown=[straggler: no such entry'
+        (
+            "slowdown=[straggler,jitter]",
+            (
+                f"slowdown=[straggler,jitter]: slowdown {ONE_ENTRY}; give slowdown=straggler; to combine "
+                "slowdowns, list their items in slowdown.entries"
+            ),
+        ),
+        # was 'scale=[none]: no such entry (one of none)'
+        ("scale=[none]", f"scale=[none]: scale {ONE_ENTRY}; give scale=none"),
+        (
+            "topology=switch,[ring,switch]",
+            f"topology=switch,[ring,switch]: topology {ONE_ENTRY}; give topology=ring",
+        ),
+    ],
+)
+def test_a_list_of_a_groups_entries_is_one_line_saying_the_group_takes_one(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], override: str, error: str
+) -> None:
+    rc = skewlens_main(["replay", "-m", f"trace={run_dir}", f"out={tmp_path / 'o'}", override])
+    assert rc == 2
+    assert capsys.readouterr().err.strip().splitlines() == [f"skewlens replay: error: {error}"]
+    assert not (tmp_path / "o").exists()
+
+
 def test_an_out_that_cannot_be_a_directory_or_a_bad_topology_file_is_one_line(
     run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -31,7 +31,7 @@ import yaml
 from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.core.override_parser.types import Glob, IntervalSweep, Override, QuotedString
+from hydra.core.override_parser.types import ChoiceSweep, Glob, IntervalSweep, Override, QuotedString
 from hydra.errors import OverrideParseException
 from hydra.plugins.config_source import ConfigSource
 from hydra.types import RunMode
@@ -535,6 +535,34 @@ def _flag_values(args: list[str]) -> list[tuple[tuple[str, ...], str]]:
 def known_entries(group: str, dirs: list[Path]) -> set[str]:
     """The entries of ``group``: skewlens's (``conf/<group>/``) and those of the user's config ``dirs``."""
     return conf_entries(group).union(*({f.stem for f in (d / group).glob("*.yaml")} for d in dirs))
+
+
+def check_group_lists(args: list[str]) -> None:
+    """No override of ``args`` chooses a list of a group's entries (``slowdown=[straggler,jitter]``, a
+    sweep's point too), else a one-line :class:`ConfigError`. Hydra merges such a list into one entry, each
+    one's settings over the one's before and the last one's ``entries`` or ``dims`` replacing the others'
+    (straggler's knobs on jitter's items: no straggler); the entry check split it at its commas and refused
+    ``slowdown=[straggler: no such entry``, and ``scale=[none]`` as ``no such entry (one of none)``.
+    Overrides Hydra's grammar refuses are left to :func:`check_types`."""
+    groups = ("topology", *CHECKED_GROUPS)
+    chosen = [a for a in args if (s := override_setting(a)) is not None and s[0] in groups]
+    try:
+        overrides = OverridesParser.create().parse_overrides(chosen)
+    except OverrideParseException:
+        return
+    for o in overrides:
+        value = o.value()
+        points = value.list if isinstance(value, ChoiceSweep) else [value]
+        for point in points:
+            if not isinstance(point, list):
+                continue
+            group = o.key_or_group
+            give = f"give {group}={point[0]}" if point else f"give one of {group}'s entries"
+            also = "; to combine slowdowns, list their items in slowdown.entries" * (group == "slowdown")
+            raise ConfigError(
+                f"{o.input_line}: {group} takes one entry, not a list (Hydra would merge them into one, the "
+                f"last one's settings replacing the others'); {give}{also}"
+            )
 
 
 def check_groups(args: list[str]) -> None:
@@ -1425,6 +1453,7 @@ def main(argv: list[str] | None = None) -> int:
     check_arguments(args)
     check_modes(args)
     check_config_path(args)
+    check_group_lists(args)
     check_groups(args)
     check_launcher(args)
     check_group_adds(args)
