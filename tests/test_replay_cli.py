@@ -2601,3 +2601,36 @@ def test_a_topology_file_named_as_an_entry_of_a_zipped_config_package_replays_un
     searched = "hydra.searchpath=[pkg://zipped_confs]"
     assert skewlens_main([*args, f"out={tmp_path / 'out'}", searched, f"topology={topo}"]) == 0
     assert OmegaConf.load(tmp_path / "out" / "config.yaml").topology.dims[0].latency_ns == 321
+
+
+@pytest.mark.filterwarnings("ignore:Experimental rerun CLI option")
+def test_hydras_rerun_of_a_replays_config_pickle_replays_it_and_any_other_file_is_one_line(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "o"
+    pickled = "+hydra.callbacks.save_job_info={_target_:hydra.experimental.callbacks.PickleJobInfoCallback}"
+    args = ["replay", f"trace={run_dir}", f"out={out}", "hydra.output_subdir=.hydra", pickled]
+    assert skewlens_main(args) == 0
+    summary = (out / "summary.parquet").read_bytes()
+    (out / "summary.parquet").unlink()
+    assert skewlens_main(["replay", "--experimental-rerun", str(out / ".hydra" / "config.pickle")]) == 0
+    assert (out / "summary.parquet").read_bytes() == summary
+    capsys.readouterr()
+    garbage = tmp_path / "garbage.pickle"
+    garbage.write_text("garbage\n")
+    # each was Hydra's traceback: ValueError: File ... does not exist!, IsADirectoryError, ValueError: invalid
+    # literal for int(), AttributeError: 'JobReturn' object has no attribute 'hydra'
+    give = "give the config.pickle that hydra.callbacks.save_job_info (Hydra's PickleJobInfoCallback) wrote"
+    for path, error in (
+        (tmp_path / "nope.pickle", f"no such file; {give} into a replay's .hydra/"),
+        (out, f"not a file; {give} into a replay's .hydra/"),
+        (garbage, "not a pickle (ValueError)"),
+        (
+            out / ".hydra" / "job_return.pickle",
+            "holds a JobReturn, not the composed config of a replay (its .hydra/config.pickle)",
+        ),
+    ):
+        assert skewlens_main(["replay", "--experimental-rerun", str(path)]) == 2
+        assert capsys.readouterr().err.strip().splitlines() == [
+            f"skewlens replay: error: --experimental-rerun {path}: {error}"
+        ]

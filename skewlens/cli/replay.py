@@ -17,6 +17,7 @@ import dataclasses
 import difflib
 import importlib.util
 import os
+import pickle
 import re
 import shlex
 import shutil
@@ -446,6 +447,34 @@ def check_config_path(args: list[str]) -> None:
             f"groups), and {why}; give a directory of your own entries and primary configs with -cd {value} "
             "(--config-dir), which Hydra searches after skewlens's"
         )
+
+
+def check_rerun(args: list[str]) -> None:
+    """``--experimental-rerun FILE`` names the ``config.pickle`` Hydra's ``PickleJobInfoCallback`` wrote
+    into a replay's ``.hydra/`` (its composed config), else a one-line :class:`ConfigError`: Hydra read a
+    missing file, a directory, another pickle (``job_return.pickle`` beside it) or a file that is no pickle
+    with a traceback (``ValueError: File ... does not exist!``, ``IsADirectoryError``, ``AttributeError:
+    'JobReturn' object has no attribute 'hydra'``)."""
+    for flag, value in _flag_values(args):
+        if flag != ("", "--experimental-rerun"):
+            continue
+        path = Path(value).expanduser()
+        if not path.is_file():
+            why = "not a file" if path.exists() else "no such file"
+            raise ConfigError(
+                f"--experimental-rerun {value}: {why}; give the config.pickle that "
+                "hydra.callbacks.save_job_info (Hydra's PickleJobInfoCallback) wrote into a replay's .hydra/"
+            )
+        try:
+            with path.open("rb") as f:
+                conf = pickle.load(f)  # noqa: S301 - Hydra loads the same file next, as the user asked
+        except Exception as e:  # whatever a file that is no pickle raises
+            raise ConfigError(f"--experimental-rerun {value}: not a pickle ({type(e).__name__})") from None
+        if not isinstance(conf, DictConfig) or "hydra" not in conf:
+            raise ConfigError(
+                f"--experimental-rerun {value}: holds a {type(conf).__name__}, not the composed config of a "
+                "replay (its .hydra/config.pickle)"
+            )
 
 
 def _primary_config(args: list[str]) -> tuple[list[Path], Path, dict[str, Any]] | None:
@@ -1453,6 +1482,7 @@ def main(argv: list[str] | None = None) -> int:
     check_arguments(args)
     check_modes(args)
     check_config_path(args)
+    check_rerun(args)
     check_group_lists(args)
     check_groups(args)
     check_launcher(args)
