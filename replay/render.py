@@ -178,7 +178,7 @@ def flat_sweep_note(rows: Sequence[SweepRecord]) -> str | None:
                 f"jobs {jobs}: one mean step, {step} ms, while their exposed transfer "
                 f"ranges {xfer[0]}-{xfer[-1]} ms: that communication overlapped no traced compute but ended "
                 "before the step's end needed it, so the swept setting did not reach what bounds the step "
-                "there (each job's GPU table says what does)"
+                "there (on a GPU run, each job's GPU table says what does)"
             )
     return None
 

@@ -1053,7 +1053,7 @@ def test_a_sweep_whose_jobs_read_one_mean_step_while_their_exposed_transfer_diff
     assert str(sweep_table(rows).caption).endswith(
         "; jobs 1-3: one mean step, 18.712 ms, while their exposed transfer ranges 0.042-0.381 ms: that "
         "communication overlapped no traced compute but ended before the step's end needed it, so the swept "
-        "setting did not reach what bounds the step there (each job's GPU table says what does)"
+        "setting did not reach what bounds the step there (on a GPU run, each job's GPU table says what does)"
     )
     # a step that moves with the setting, or one exposed transfer throughout: nothing to say
     assert "one mean step" not in str(sweep_table(rows[:2]).caption)
