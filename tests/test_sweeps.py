@@ -858,6 +858,29 @@ def test_a_sweep_the_basic_sweeper_cannot_enumerate_is_one_line_before_any_point
     assert not out.exists()
 
 
+@pytest.mark.parametrize(
+    "params",
+    [  # each was a traceback, as in any Hydra app whose sweeper's params are null: OmegaConf's AttributeError
+        # "'NoneType' object has no attribute 'get'", AssertionError "Unexpected type for root: NoneType"
+        '+hydra.sweeper.params={slowdown.factor:"1,3"}',
+        'hydra.sweeper.params={slowdown.factor:"1,3"}',
+        '++hydra.sweeper.params.slowdown.factor="1,3"',
+    ],
+)
+def test_the_sweepers_params_on_the_command_line_are_one_line_saying_where_a_sweep_is_given(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], params: str
+) -> None:
+    out = tmp_path / "sweep"
+    said = (
+        "hydra.sweeper.params cannot be set on the command line, where replay.yaml's is null; give the "
+        "sweep's values as overrides (slowdown.factor=1,3 with -m), or set hydra.sweeper.params in a primary "
+        "config of your own (-cd DIR -cn NAME)"
+    )
+    assert skewlens_main(["replay", "-m", f"trace={run_dir}", f"out={out}", params]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [f"skewlens replay: error: {params}: {said}"]
+    assert not out.exists()
+
+
 def test_the_sweep_table_names_a_finished_point_by_what_sets_it_apart_from_the_failed_ones() -> None:
     from rich.console import Console
 

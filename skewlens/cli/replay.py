@@ -868,6 +868,16 @@ def _left_to_hydra(o: Override, args: list[str]) -> bool:
             f"{o.input_line}: every job would write into that one directory; it must differ per job "
             "(${hydra.job.num}, the default, or ${hydra.job.override_dirname})"
         )
+    params = "hydra.sweeper.params"
+    sets_params = o.key_or_group == params or o.key_or_group.startswith(f"{params}.")
+    if sets_params and not _own_primary_config(args):
+        # replay.yaml's sweeper has none (null), which OmegaConf cannot merge into: its AttributeError
+        # ('NoneType' object has no attribute 'get') or AssertionError was a traceback, as in any Hydra app
+        raise ConfigError(
+            f"{o.input_line}: {params} cannot be set on the command line, where replay.yaml's is null; give "
+            "the sweep's values as overrides (slowdown.factor=1,3 with -m), or set hydra.sweeper.params in a "
+            "primary config of your own (-cd DIR -cn NAME)"
+        )
     if o.key_or_group in ("hydra.run.dir", "hydra.sweep.dir"):  # replay.yaml sets them to out
         value = (o.input_line or "").partition("=")[2]
         raise ConfigError(
