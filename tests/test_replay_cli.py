@@ -2634,3 +2634,44 @@ def test_hydras_rerun_of_a_replays_config_pickle_replays_it_and_any_other_file_i
         assert capsys.readouterr().err.strip().splitlines() == [
             f"skewlens replay: error: --experimental-rerun {path}: {error}"
         ]
+
+
+def test_a_primary_config_that_is_not_there_is_one_line_naming_where_it_was_looked_for(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = [f"trace={run_dir}", f"out={tmp_path / 'o'}"]
+    cfg = tmp_path / "cfg"
+    cfg.mkdir()
+    (cfg / "site.yaml").write_text("defaults:\n  - replay\n  - _self_\ncomm_mode: model\n")
+    # each was Hydra's nine lines: "Cannot find primary config 'sit'. Check that it's in your config search
+    # path.", the search path, "Set the environment variable HYDRA_FULL_ERROR=1 ..."
+    for args, error in (
+        (
+            ["-cd", str(cfg), "-cn", "sit"],
+            (
+                f"--config-name sit: no sit.yaml in skewlens's configs or {cfg} (primary configs there: "
+                "replay, site); did you mean 'site'?"
+            ),
+        ),
+        (
+            ["-cn", "site"],
+            (
+                "--config-name site: no site.yaml in skewlens's configs (no -cd given) (primary "
+                "configs there: replay)"
+            ),
+        ),
+        # Hydra finds the primary config before it reads hydra.searchpath, which holds groups' entries
+        (
+            [f"hydra.searchpath=[file://{cfg}]", "-cn", "site"],
+            (
+                f"--config-name site: {cfg} is on hydra.searchpath, which Hydra searches for the config "
+                f"groups' entries but not for the primary config; give -cd {cfg}"
+            ),
+        ),
+    ):
+        assert skewlens_main(["replay", *args, *run]) == 2
+        assert capsys.readouterr().err.strip().splitlines() == [f"skewlens replay: error: {error}"]
+    assert not (tmp_path / "o").exists()
+    for args in (["-cd", str(cfg), "-cn", "site.yaml"], ["-cn", "replay_schema"]):  # Hydra's names for them
+        assert skewlens_main(["replay", *args, *run, "--cfg", "job", "-p", "comm_mode"]) == 0
+    assert capsys.readouterr().out.split() == ["model", "as_recorded"]

@@ -449,6 +449,42 @@ def check_config_path(args: list[str]) -> None:
         )
 
 
+def check_config_name(args: list[str]) -> None:
+    """``--config-name NAME`` (``-cn``) names a primary config on Hydra's search path: skewlens's ``replay``
+    (or its schema, in the ConfigStore), else ``NAME.yaml`` in a ``--config-dir`` or a directory an installed
+    ``SearchPathPlugin`` adds; one in none is a one-line :class:`ConfigError` naming the directories searched
+    and the likely name (Hydra's was nine lines, its search path and 'Set the environment variable
+    HYDRA_FULL_ERROR=1'). A ``hydra.searchpath`` of the command line holds entries, not the primary config,
+    which Hydra finds before it reads the overrides: one there is said so. Left to Hydra where
+    ``--config-path`` replaces skewlens's configs or a package's directory is searched."""
+    names = [v for flag, v in _flag_values(args) if flag == ("-cn", "--config-name")]
+    if not names or any(flag == ("-cp", "--config-path") for flag, _ in _flag_values(args)):
+        return
+    name = names[-1].removesuffix(".yaml")
+    searched = user_conf_dirs(args)  # every directory checked, each a one-line error where it is none
+    plugged = _plugin_dirs()
+    if searched is None or plugged is None:
+        return
+    dirs = [Path(v).expanduser() for flag, v in _flag_values(args) if flag == ("-cd", "--config-dir")]
+    dirs += plugged
+    stored = {k.removesuffix(".yaml") for k in ConfigStore.instance().repo if k.endswith(".yaml")}
+    if name in stored or any((d / f"{name}.yaml").is_file() for d in (CONF_DIR, *dirs)):
+        return
+    elsewhere = next((d for d in searched if (d / f"{name}.yaml").is_file()), None)
+    if elsewhere is not None:
+        raise ConfigError(
+            f"--config-name {names[-1]}: {elsewhere} is on hydra.searchpath, which Hydra searches for the "
+            f"config groups' entries but not for the primary config; give -cd {elsewhere}"
+        )
+    found = sorted({"replay", *(f.stem for d in dirs for f in d.glob("*.yaml"))})
+    close = difflib.get_close_matches(name, found, n=1)
+    where = "skewlens's configs" + (f" or {', '.join(map(str, dirs))}" if dirs else " (no -cd given)")
+    raise ConfigError(
+        f"--config-name {names[-1]}: no {name}.yaml in {where} (primary configs there: {', '.join(found)})"
+        + (f"; did you mean {close[0]!r}?" if close else "")
+    )
+
+
 def check_rerun(args: list[str]) -> None:
     """``--experimental-rerun FILE`` names the ``config.pickle`` Hydra's ``PickleJobInfoCallback`` wrote
     into a replay's ``.hydra/`` (its composed config), else a one-line :class:`ConfigError`: Hydra read a
@@ -1492,6 +1528,7 @@ def main(argv: list[str] | None = None) -> int:
     check_arguments(args)
     check_modes(args)
     check_config_path(args)
+    check_config_name(args)
     check_rerun(args)
     check_group_lists(args)
     check_groups(args)
