@@ -2675,3 +2675,48 @@ def test_a_primary_config_that_is_not_there_is_one_line_naming_where_it_was_look
     for args in (["-cd", str(cfg), "-cn", "site.yaml"], ["-cn", "replay_schema"]):  # Hydra's names for them
         assert skewlens_main(["replay", *args, *run, "--cfg", "job", "-p", "comm_mode"]) == 0
     assert capsys.readouterr().out.split() == ["model", "as_recorded"]
+
+
+@pytest.mark.parametrize(
+    ("override", "error"),
+    [  # each was Hydra's three lines ('Value ... is not a valid bool', 'Key 'chdr' not in 'JobConf'', 'Set
+        # the environment variable HYDRA_FULL_ERROR=1 ...')
+        ("hydra.job.chdir=abc", "hydra.job.chdir=abc: Value 'abc' is not a valid bool (type str)"),
+        ("hydra.mode=abc", "hydra.mode=abc: Invalid value 'abc', expected one of [RUN, MULTIRUN]"),
+        (
+            "hydra.job.chdr=true",
+            (
+                "hydra.job.chdr: no such setting (hydra.job has name, chdir, override_dirname, id, num, "
+                "config_name, env_set, env_copy, config; did you mean 'chdir'?)"
+            ),
+        ),
+    ],
+)
+def test_a_hydra_setting_of_the_wrong_type_or_name_is_one_line_naming_it(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], override: str, error: str
+) -> None:
+    assert skewlens_main(["replay", f"trace={run_dir}", f"out={tmp_path / 'o'}", override]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [f"skewlens replay: error: {error}"]
+    assert not (tmp_path / "o").exists()
+
+
+def test_hydras_settings_of_the_right_type_and_those_its_schema_leaves_open_pass_the_check(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    given = [
+        "hydra.job.chdir=true",
+        "hydra.mode=RUN",
+        "hydra.verbose=[skewlens]",
+        "hydra.job.config.override_dirname.exclude_keys=[out,trace]",
+        "+hydra.job.env_set.FOO=bar",
+        "hydra/launcher=joblib",
+        "hydra.launcher.n_jobs=2",
+    ]
+    args = ["replay", "trace=RUN", "out=OUT", *given, "--cfg", "hydra", "-p", "hydra.job"]
+    assert skewlens_main(args) == 0
+    job = OmegaConf.create(capsys.readouterr().out)
+    assert (job.chdir, job.env_set.FOO, list(job.config.override_dirname.exclude_keys)) == (
+        True,
+        "bar",
+        ["out", "trace"],
+    )

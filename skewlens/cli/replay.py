@@ -29,6 +29,7 @@ from typing import Any
 
 import hydra
 import yaml
+from hydra.conf import HydraConf
 from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -844,7 +845,8 @@ def check_types(args: list[str]) -> None:
     is chosen; ``scale.seed``: an int or null); an appended key (``+key=``) is a key the schema has, where
     Hydra would take it (:func:`_check_add`). Overrides Hydra's grammar refuses, group choices, nodes
     (``slowdown.entries.0``), globs (``topology=glob(*ring*)``, whose entries only Hydra's config loader
-    lists) and Hydra's own (``hydra.*``) are left to Hydra."""
+    lists) and Hydra's settings its schema leaves open (``hydra.launcher.*``, ``hydra.job_logging.*``: the
+    launcher's are checked apart) are left to Hydra; its others are checked against ``HydraConf``."""
     try:
         overrides = OverridesParser.create().parse_overrides(
             [a for a in args if "=" in a or a.startswith("~")]
@@ -1030,7 +1032,10 @@ def _setting_type(key: str, *, adding: bool = False) -> Any:
     None where ``key`` is a group or node (a dataclass), is Hydra's, or is appended (``adding``) where the
     schema has no such key. A key the schema does not have is a one-line :class:`ConfigError` listing the
     settings it has there."""
-    t = _declared_type(key, refuse_unknown=not (adding or key.startswith("hydra")))
+    if key.startswith("hydra."):  # Hydra's own, against its schema: 'hydra.job.chdir=abc' was its three lines
+        t = _declared(key, refuse_unknown=not adding, root=HydraConf, skip=1)[0]
+    else:
+        t = _declared_type(key, refuse_unknown=not (adding or key.startswith("hydra")))
     return None if dataclasses.is_dataclass(t) else t  # a list of nodes is a setting: its items are checked
 
 
@@ -1040,12 +1045,18 @@ def _declared_type(key: str, *, refuse_unknown: bool = False) -> Any:
     return _declared(key, refuse_unknown=refuse_unknown)[0]
 
 
-def _declared(key: str, *, refuse_unknown: bool = False) -> tuple[Any, dataclasses.Field[Any] | None]:
-    """:func:`_declared_type`, with the dataclass field ``key`` names (None for a list's item)."""
-    t: Any = ReplayConfig
+def _declared(
+    key: str, *, refuse_unknown: bool = False, root: Any = ReplayConfig, skip: int = 0
+) -> tuple[Any, dataclasses.Field[Any] | None]:
+    """:func:`_declared_type`, with the dataclass field ``key`` names (None for a list's item); ``root``:
+    the schema its first ``skip`` parts name (Hydra's ``HydraConf`` for ``hydra.*``, whose launcher,
+    sweeper, logging and callbacks it leaves open: None)."""
+    t: Any = root
     f: dataclasses.Field[Any] | None = None
     parts = key.split(".")
     for depth, part in enumerate(parts):
+        if depth < skip:
+            continue
         if dataclasses.is_dataclass(t):
             hints = typing.get_type_hints(t)
             if part not in hints:
