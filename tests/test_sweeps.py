@@ -616,6 +616,17 @@ def test_a_sweep_whose_overrides_give_no_point_says_so_and_exits_2(
             "no such launcher installed (one of basic, joblib, submitit_local, submitit_slurm)",
         ),
         ("hydra/sweeper=optuna", "no such sweeper installed (one of basic)"),
+        # Hydra's ten lines too: "Could not find 'hydra/job_logging/disable'"; hydra/job_logging=null was
+        # its ValueError traceback ('Config group override must be a string or a list. Got NoneType')
+        ("hydra/job_logging=disable", "no such entry (one of default, disabled, none, stdout)"),
+        ("hydra/job_logging=null", "no such entry (one of default, disabled, none, stdout)"),
+        (
+            "hydra/joblogging=disabled",
+            (
+                "no such group of Hydra's (one of hydra/env, hydra/help, hydra/hydra_help, "
+                "hydra/hydra_logging, hydra/job_logging, hydra/launcher, hydra/output, hydra/sweeper)"
+            ),
+        ),
         (  # submitit's RuntimeError traceback: 'Could not detect "srun", are you indeed on a slurm cluster?'
             "hydra/launcher=submitit_slurm",
             (

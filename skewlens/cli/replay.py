@@ -699,8 +699,9 @@ def _plugins_store() -> ConfigStore:
 
 
 def check_launcher(args: list[str]) -> None:
-    """``hydra/launcher=NAME`` (and ``hydra/sweeper=``) names one that is installed, else a one-line
-    :class:`ConfigError` listing those that are (Hydra's message was ten lines with its search path); and a
+    """``hydra/launcher=NAME`` (and ``hydra/sweeper=``) names one that is installed, and ``hydra/GROUP=NAME``
+    of Hydra's own groups (``hydra/job_logging=disabled``) an entry of Hydra's, else a one-line
+    :class:`ConfigError` listing those there are (Hydra's message was ten lines with its search path); and a
     sweep on ``submitit_slurm`` has SLURM's ``srun`` to submit with (submitit's refusal was a traceback),
     unless it only shows its config (:data:`SHOW_ONLY`), which needs no SLURM.
     Entries of the user's config directories (``hydra/launcher/NAME.yaml``) count; none is checked where one
@@ -709,15 +710,21 @@ def check_launcher(args: list[str]) -> None:
     shown = any(a.startswith("-") and _hydra_flag(a) in SHOW_ONLY for a in args)  # nothing submitted
     for arg in args:
         key, eq, value = arg.partition("=")
-        if key not in ("hydra/launcher", "hydra/sweeper") or not eq or dirs is None:
+        if not key.startswith("hydra/") or not eq or dirs is None:
             continue
-        known = {f.removesuffix(".yaml") for f in _plugins_store().list(key)}
-        known |= {f.stem for d in dirs for f in (d / key).glob("*.yaml")}
+        plugin = key in PLUGIN_GROUPS
+        own = [g.name for g in (HYDRA_CONF_DIR / "hydra").iterdir() if g.is_dir() and g.name[0] != "_"]
+        groups = sorted({*PLUGIN_GROUPS, *(f"hydra/{g}" for g in own)})
+        if key not in groups and not any((d / key).is_dir() for d in dirs):
+            raise ConfigError(f"{arg}: no such group of Hydra's (one of {', '.join(groups)})")
+        known = {f.removesuffix(".yaml") for f in _plugins_store().list(key)} if plugin else set()
+        known |= {f.stem for d in (HYDRA_CONF_DIR, *dirs) for f in (d / key).glob("*.yaml")}
         if value not in known:
             what = key.partition("/")[2]
             package = LAUNCHER_PACKAGES.get(value) if what == "launcher" else None
             hint = f"; pip install {package} for it" if package else ""
-            raise ConfigError(f"{arg}: no such {what} installed (one of {', '.join(sorted(known))}{hint})")
+            missing = f"no such {what} installed" if plugin else "no such entry"
+            raise ConfigError(f"{arg}: {missing} (one of {', '.join(sorted(known))}{hint})")
         if value == "submitit_slurm" and _multirun(args) and not shown and shutil.which("srun") is None:
             raise ConfigError(
                 f"{arg}: no SLURM here (srun is not on PATH): run the sweep on a SLURM login node, or "
@@ -1076,6 +1083,8 @@ def _declared(
 
 #: Hydra's groups of plugins, whose entry its own config chooses (``basic``).
 PLUGIN_GROUPS = ("hydra/launcher", "hydra/sweeper")
+#: Hydra's own configs (``hydra/job_logging/disabled.yaml``, ...), package data of hydra-core.
+HYDRA_CONF_DIR = Path(hydra.__file__).parent / "conf"
 
 #: The groups whose entry a ``+``/``++`` override may not add (:func:`_check_group_add`).
 _ADDED_GROUPS = (*CHECKED_GROUPS, "topology", *PLUGIN_GROUPS)
