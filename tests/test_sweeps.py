@@ -1478,3 +1478,47 @@ def test_a_bandwidth_sweeps_picture_and_table_say_its_unit_is_gigabytes_a_second
     assert [(c[0], c[transfer], c[wait]) for c in cells] == [("0", "2.000", "0.250"), ("1", "1.000", "0.250")]
     # shared by every job: said once, in the title
     assert table.title == "Replay sweep (topology switch, slowdown straggler, comm as_recorded)"
+
+
+@pytest.mark.parametrize(
+    ("out", "sweep", "error"),
+    [  # replayed into S/1.0/0 and S/2.0/1 while the sweep looked in S/1.5, the entry's default: 'the sweep
+        # has no jobs', exit 2
+        ("${slowdown.factor}", "slowdown.factor=1,2", "${slowdown.factor} differs from job to job"),
+        ("${topology.name}", "topology=ring,switch", "${topology.name} differs from job to job"),
+        # Hydra's traceback: 'InterpolationResolutionError: ... HydraConfig was not set'
+        (
+            "${hydra:runtime.choices.topology}",
+            "topology=ring,switch",
+            "${hydra:runtime.choices.topology} is Hydra's per job",
+        ),
+    ],
+)
+def test_a_sweeps_out_that_interpolates_what_differs_per_job_is_one_line_before_any_job_runs(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], out: str, sweep: str, error: str
+) -> None:
+    given = f"out={tmp_path / 'sweep'}/{out}"
+    args = ["replay", "-m", f"trace={run_dir}", given, "slowdown=straggler", sweep]
+    assert skewlens_main(args) == 2
+    said = (
+        "a sweep writes every job under one out, made before any job runs; name the jobs' directories by it"
+    )
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"skewlens replay: error: {given}: {error}, and {said} with hydra.sweep.subdir instead"
+    ]
+    assert not (tmp_path / "sweep").exists()
+
+
+def test_a_sweeps_out_may_interpolate_what_is_the_same_for_every_job(run_dir: Path, tmp_path: Path) -> None:
+    given = f"out={tmp_path / 'sweep'}/" + "${topology.name}"
+    args = [
+        "replay",
+        "-m",
+        f"trace={run_dir}",
+        given,
+        "topology=ring",
+        "slowdown=straggler",
+        "slowdown.factor=1,2",
+    ]
+    assert skewlens_main([*args, "progress=false", "perfetto=false"]) == 0
+    assert pq.read_table(tmp_path / "sweep" / "ring" / "sweep.parquet").column("job").to_pylist() == [0, 1]

@@ -861,12 +861,15 @@ def check_types(args: list[str]) -> None:
     except OverrideParseException:
         _say_how_to_quote(args)
         return  # Hydra says what is wrong with it
+    swept = {o.key_or_group for o in overrides if o.is_sweep_override()}
     for o in overrides:
         if o.is_delete():
             _check_delete(o.key_or_group)
             continue
         if _left_to_hydra(o, args):
             continue
+        if o.key_or_group == "out" and _multirun(args) and not o.is_sweep_override():
+            _check_sweep_out(o.input_line or "out", str(o.value()), swept)
         try:
             values = list(o.sweep_iterator()) if o.is_sweep_override() else [o.value()]
         except ValueError as e:  # range(1,2,0): a ValueError traceback
@@ -962,6 +965,26 @@ def _check_paths(o: Override, texts: list[Any]) -> None:
     if o.key_or_group == "out":
         for v in texts:
             _check_out_interpolations(o.input_line or "out", str(v))
+
+
+def _check_sweep_out(line: str, value: str, swept: set[str]) -> None:
+    """A sweep's ``out`` (``value``) interpolates nothing that differs from job to job, else a one-line
+    :class:`ConfigError` saying to name the jobs' directories by it with ``hydra.sweep.subdir``: ``out`` is
+    the sweep's directory, made before any job. ``out=S/${slowdown.factor}`` over ``slowdown.factor=1,2``
+    replayed into ``S/1.0/0`` and ``S/2.0/1`` while the sweep looked in ``S/1.5`` (the entry's default) and
+    said 'the sweep has no jobs', exit 2; ``${hydra:runtime.choices.topology}``, which Hydra sets per job,
+    was its traceback ('HydraConfig was not set'). ``swept``: the keys the sweep's overrides sweep."""
+    for m in re.finditer(r"\$\{([^${}]*)\}", value):
+        name = m[1].strip()
+        per_job = name.startswith("hydra:") or any(
+            name == k or name.startswith(f"{k}.") or k.startswith(f"{name}.") for k in swept
+        )
+        if per_job:
+            what = "is Hydra's per job" if name.startswith("hydra:") else "differs from job to job"
+            raise ConfigError(
+                f"{line}: {m[0]} {what}, and a sweep writes every job under one out, made before any job "
+                "runs; name the jobs' directories by it with hydra.sweep.subdir instead"
+            )
 
 
 def _check_out_interpolations(line: str, value: str) -> None:
