@@ -2720,3 +2720,24 @@ def test_hydras_settings_of_the_right_type_and_those_its_schema_leaves_open_pass
         "bar",
         ["out", "trace"],
     )
+
+
+@pytest.mark.parametrize(
+    "given",
+    [  # ~slowdown slowdown=straggler replayed no slowdown, silently (as Hydra does); ~perfetto perfetto=false
+        # was Hydra's six lines. slowdown=straggler ~slowdown deletes it: the later wins
+        ["~slowdown", "slowdown=straggler"],
+        ["~perfetto", "perfetto=false"],
+        ["~slowdown", "slowdown=straggler,none"],
+    ],
+)
+def test_a_value_given_after_its_key_is_deleted_is_one_line_naming_both(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], given: list[str]
+) -> None:
+    multirun = ["-m"] if "," in given[1] else []
+    assert skewlens_main(["replay", *multirun, f"trace={run_dir}", f"out={tmp_path / 'o'}", *given]) == 2
+    said = "Hydra drops a value given after its key is deleted; give one of them"
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"skewlens replay: error: {given[0]} and then {given[1]}: {said}"
+    ]
+    assert not (tmp_path / "o").exists()

@@ -862,6 +862,15 @@ def check_types(args: list[str]) -> None:
         _say_how_to_quote(args)
         return  # Hydra says what is wrong with it
     swept = {o.key_or_group for o in overrides if o.is_sweep_override()}
+    deleted: dict[str, str | None] = {}
+    for o in overrides:
+        if o.is_delete():
+            deleted[o.key_or_group] = o.input_line
+        elif o.key_or_group in deleted:
+            # ~slowdown slowdown=straggler replayed no slowdown, silently, as Hydra does, and ~perfetto
+            # perfetto=false was Hydra's six lines (slowdown=straggler ~slowdown deletes it: the later wins)
+            both = f"{deleted[o.key_or_group]} and then {o.input_line}"
+            raise ConfigError(f"{both}: Hydra drops a value given after its key is deleted; give one of them")
     for o in overrides:
         if o.is_delete():
             _check_delete(o.key_or_group)
