@@ -2616,19 +2616,18 @@ def test_hydras_rerun_of_a_replays_config_pickle_replays_it_and_any_other_file_i
     assert skewlens_main(["replay", "--experimental-rerun", str(out / ".hydra" / "config.pickle")]) == 0
     assert (out / "summary.parquet").read_bytes() == summary
     capsys.readouterr()
-    garbage = tmp_path / "garbage.pickle"
+    garbage = tmp_path / "g" / "config.pickle"
+    garbage.parent.mkdir()
     garbage.write_text("garbage\n")
     # each was Hydra's traceback: ValueError: File ... does not exist!, IsADirectoryError, ValueError: invalid
-    # literal for int(), AttributeError: 'JobReturn' object has no attribute 'hydra'
+    # literal for int(), AttributeError: 'JobReturn' object has no attribute 'hydra' (none unpickled to tell)
     give = "give the config.pickle that hydra.callbacks.save_job_info (Hydra's PickleJobInfoCallback) wrote"
+    give += " into a replay's .hydra/"
     for path, error in (
-        (tmp_path / "nope.pickle", f"no such file; {give} into a replay's .hydra/"),
-        (out, f"not a file; {give} into a replay's .hydra/"),
-        (garbage, "not a pickle (ValueError)"),
-        (
-            out / ".hydra" / "job_return.pickle",
-            "holds a JobReturn, not the composed config of a replay (its .hydra/config.pickle)",
-        ),
+        (tmp_path / "nope.pickle", f"no such file; {give}"),
+        (out, f"not a file; {give}"),
+        (garbage, f"not a pickle; {give}"),
+        (out / ".hydra" / "job_return.pickle", f"not a replay's config.pickle; {give}"),
     ):
         assert skewlens_main(["replay", "--experimental-rerun", str(path)]) == 2
         assert capsys.readouterr().err.strip().splitlines() == [

@@ -17,7 +17,6 @@ import dataclasses
 import difflib
 import importlib.util
 import os
-import pickle
 import re
 import shlex
 import shutil
@@ -491,27 +490,30 @@ def check_rerun(args: list[str]) -> None:
     into a replay's ``.hydra/`` (its composed config), else a one-line :class:`ConfigError`: Hydra read a
     missing file, a directory, another pickle (``job_return.pickle`` beside it) or a file that is no pickle
     with a traceback (``ValueError: File ... does not exist!``, ``IsADirectoryError``, ``AttributeError:
-    'JobReturn' object has no attribute 'hydra'``)."""
+    'JobReturn' object has no attribute 'hydra'``). The file is not unpickled here: only Hydra loads it, as
+    the user asked, once its name and its first byte (a pickle's protocol mark) say it is that file."""
+    give = (
+        "give the config.pickle that hydra.callbacks.save_job_info (Hydra's PickleJobInfoCallback) wrote "
+        "into a replay's .hydra/"
+    )
     for flag, value in _flag_values(args):
         if flag != ("", "--experimental-rerun"):
             continue
         path = Path(value).expanduser()
         if not path.is_file():
-            why = "not a file" if path.exists() else "no such file"
             raise ConfigError(
-                f"--experimental-rerun {value}: {why}; give the config.pickle that "
-                "hydra.callbacks.save_job_info (Hydra's PickleJobInfoCallback) wrote into a replay's .hydra/"
+                f"--experimental-rerun {value}: {'not a file' if path.exists() else 'no such file'}; {give}"
             )
-        try:
-            with path.open("rb") as f:
-                conf = pickle.load(f)  # noqa: S301 - Hydra loads the same file next, as the user asked
-        except Exception as e:  # whatever a file that is no pickle raises
-            raise ConfigError(f"--experimental-rerun {value}: not a pickle ({type(e).__name__})") from None
-        if not isinstance(conf, DictConfig) or "hydra" not in conf:
-            raise ConfigError(
-                f"--experimental-rerun {value}: holds a {type(conf).__name__}, not the composed config of a "
-                "replay (its .hydra/config.pickle)"
-            )
+        if path.name != _RERUN_FILE:
+            raise ConfigError(f"--experimental-rerun {value}: not a replay's {_RERUN_FILE}; {give}")
+        with path.open("rb") as f:
+            if f.read(1) != _PICKLE_PROTO:
+                raise ConfigError(f"--experimental-rerun {value}: not a pickle; {give}")
+
+
+#: The file ``--experimental-rerun`` takes (Hydra's ``PickleJobInfoCallback`` writes it), and a pickle's
+#: first byte (the PROTO opcode of every protocol Hydra writes, 2 and later).
+_RERUN_FILE, _PICKLE_PROTO = "config.pickle", b"\x80"
 
 
 def _primary_config(args: list[str]) -> tuple[list[Path], Path, dict[str, Any]] | None:
