@@ -39,7 +39,7 @@ from skewlens.analysis.records import (
 )
 from skewlens.analysis.skew import SkewResult, analyze_skew
 from skewlens.profiler.errors import SkewlensError
-from skewlens.profiler.store.issues import ranks_label, run_notes, untimed_ranks
+from skewlens.profiler.store.issues import ranks_label, replay_command, run_notes, untimed_ranks
 from skewlens.profiler.store.model import RunTrace, not_a_run
 from skewlens.profiler.store.schema import (
     files_markdown,
@@ -150,8 +150,8 @@ def analyze_run(
         raise AnalysisError(
             f"{run.run_dir}: {ranks_label(untimed)} {verb} no start time on any node (Chakra's "
             f"start_time_micros, skewlens' skl_start_ns){unlike}: an untimed trace has no skew, waits or "
-            "step times to analyse; replay it with modelled communication instead: skewlens replay "
-            f"trace={run.run_dir} comm_mode=model"
+            "step times to analyse; replay it with modelled communication instead: "
+            f"{replay_command(run.run_dir, 'comm_mode=model')}"
         )
     with progress.task("analyses: index", 5) as advance:
         ix = build_index(run)

@@ -2042,7 +2042,7 @@ def test_a_path_quoted_for_hydra_as_one_argument_replays_from_and_into_that_path
 ) -> None:
     # the demo passed trace={run_dir} bare to the skewlens replay it runs: 'skewlens demo --out "my demo"'
     # captured and analysed, then failed with "Hydra's override grammar takes this value only quoted"
-    from skewlens.cli.options import hydra_override
+    from skewlens.profiler.store.issues import hydra_override
 
     moved = run_dir.rename(tmp_path / "r\N{LATIN SMALL LETTER U WITH DIAERESIS}n 1, x=2 it's\\")
     out = tmp_path / "-o u t"

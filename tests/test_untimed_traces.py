@@ -4,6 +4,7 @@ communication, refused by the analyses and by an as-recorded replay of nothing, 
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -96,12 +97,17 @@ def test_analyze_refuses_a_run_none_of_whose_traces_records_a_start_time(
 ) -> None:
     with pytest.raises(AnalysisError, match="ranks 0-1 record no start time on any node"):
         analyze_run(load_run(text2chakra))
-    assert _analyze_refused(text2chakra, tmp_path, capsys) == (
+    line = _analyze_refused(text2chakra, tmp_path, capsys)
+    assert line == (
         f"skewlens analyze: error: {text2chakra}: ranks 0-1 record no start time on any node (Chakra's "
         "start_time_micros, skewlens' skl_start_ns): an untimed trace has no skew, waits or step times to "
         f"analyse; replay it with modelled communication instead: skewlens replay trace={text2chakra} "
-        "comm_mode=model"
+        "out=OUT comm_mode=model"
     )
+    # the command as given, pasted with OUT replaced, runs (before, it had no out=, which replay requires)
+    words = shlex.split(line.partition("instead: ")[2])
+    args = [f"out={tmp_path / 'model'}" if w == "out=OUT" else w for w in words[2:]]
+    assert skewlens_main(["replay", *args, "progress=false", "perfetto=false"]) == 0
 
 
 def _analyze_refused(run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> str:

@@ -226,6 +226,40 @@ def path_word(path: object) -> str:
     return shlex.quote(f"./{text}" if text.startswith("-") else text)
 
 
+def hydra_override(key: str, value: str) -> str:
+    """``key=value`` as one argument Hydra reads back as that value: bare where its override grammar takes
+    the value as it is, else in Hydra's single quotes (a path with a space, ``=``, ``,`` or a non-ASCII
+    letter). For an argument list (a child ``skewlens replay``); :func:`override` writes it for a shell."""
+    if _BARE.fullmatch(value):
+        return f"{key}={value}"
+    # inside Hydra's quotes a backslash is itself except before a quote (and the closing one)
+    inner = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", value)
+    inner = re.sub(r"(\\+)$", lambda m: m.group(1) * 2, inner)
+    return f"{key}='{inner}'"
+
+
+def override(key: str, value: str) -> str:
+    """``key=value`` as a shell word Hydra reads back as that value (quoted where the value has
+    characters Hydra's override grammar or the shell would read otherwise: spaces, ``=``, non-ASCII)."""
+    if _BARE.fullmatch(value):
+        return f"{key}={value}"
+    if re.fullmatch(r"[^'\"$`\\!]*", value):  # the shell's double quotes keep it as it is: easier to read
+        return f"\"{key}='{value}'\""
+    return shlex.quote(hydra_override(key, value))
+
+
+#: A value Hydra's override grammar and the shell both take as it is.
+_BARE = re.compile(r"[A-Za-z0-9_./:@+-]+")
+
+
+def replay_command(trace: str, *overrides: str) -> str:
+    """``skewlens replay trace=TRACE out=OUT OVERRIDES...``: a replay of the run at ``trace`` for the user to
+    copy, its path one shell word that Hydra reads back as it is (:func:`override`), ``OUT`` theirs to
+    replace; each of ``overrides`` a shell word already. Every command a note or a message gives to replay
+    a run is written here, and printed on a line of its own (``skewlens.console.print_line``), whole."""
+    return " ".join(("skewlens replay", override("trace", trace), "out=OUT", *overrides))
+
+
 def counted(n: int, noun: str) -> str:
     """``1 rank``, ``2 ranks``, ``1,024 ranks``: a count and its noun, in the plural unless it is one."""
     return f"{n:,} {noun}{'' if n == 1 else 's'}"

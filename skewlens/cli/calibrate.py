@@ -18,11 +18,12 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from rich.table import Table
 
-from skewlens.cli.options import ArgumentParser, override, refuse_yaml_aliases, user_path
+from skewlens.cli.options import ArgumentParser, refuse_yaml_aliases, user_path
 from skewlens.console import print_line, print_warning, report_console
 from skewlens.paths import CONF_DIR, conf_entries
 from skewlens.profiler.atomic import check_writable
 from skewlens.profiler.errors import SkewlensError
+from skewlens.profiler.store.issues import override, replay_command
 from skewlens.replay.calibrate import (
     Calibration,
     Fit,
@@ -238,8 +239,7 @@ def main(argv: list[str]) -> int:
     print_line(
         console,
         f"wrote {out}; replay with: "
-        f"skewlens replay {override('trace', str(args.run_dir))} out=OUT {override('topology', str(out))} "
-        "comm_mode=model",
+        f"{replay_command(str(args.run_dir), override('topology', str(out)), 'comm_mode=model')}",
     )
     for warning in poor_fits(cal):
         print_warning("calibrate", warning)

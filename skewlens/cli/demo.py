@@ -25,13 +25,13 @@ from typing import TYPE_CHECKING
 from rich.panel import Panel
 from rich.table import Table
 
-from skewlens.cli.options import ArgumentParser, check_range, help_text, hydra_override, user_path
+from skewlens.cli.options import ArgumentParser, check_range, help_text, user_path
 from skewlens.console import print_line, print_warning, report_console
 from skewlens.paths import EXAMPLES_DIR
 from skewlens.profiler.atomic import why_not_created
 from skewlens.profiler.capture.run import INTERRUPT_GRACE_S, stop_with_parent
 from skewlens.profiler.errors import SkewlensError
-from skewlens.profiler.store.issues import ms_text, path_word
+from skewlens.profiler.store.issues import hydra_override, ms_text, path_word
 from skewlens.rich_progress import RichProgress
 
 if TYPE_CHECKING:

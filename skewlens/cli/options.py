@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import shlex
 import typing
 from pathlib import Path
 from typing import Any
@@ -39,32 +38,6 @@ def user_path(value: str) -> str:
 def user_file(value: str) -> Path:
     """:func:`user_path` as a :class:`Path`: the ``type`` of the path arguments held as paths."""
     return Path(user_path(value))
-
-
-def hydra_override(key: str, value: str) -> str:
-    """``key=value`` as one argument Hydra reads back as that value: bare where its override grammar takes
-    the value as it is, else in Hydra's single quotes (a path with a space, ``=``, ``,`` or a non-ASCII
-    letter). For an argument list (a child ``skewlens replay``); :func:`override` writes it for a shell."""
-    if _BARE.fullmatch(value):
-        return f"{key}={value}"
-    # inside Hydra's quotes a backslash is itself except before a quote (and the closing one)
-    inner = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", value)
-    inner = re.sub(r"(\\+)$", lambda m: m.group(1) * 2, inner)
-    return f"{key}='{inner}'"
-
-
-def override(key: str, value: str) -> str:
-    """``key=value`` as a shell word Hydra reads back as that value (quoted where the value has
-    characters Hydra's override grammar or the shell would read otherwise: spaces, ``=``, non-ASCII)."""
-    if _BARE.fullmatch(value):
-        return f"{key}={value}"
-    if re.fullmatch(r"[^'\"$`\\!]*", value):  # the shell's double quotes keep it as it is: easier to read
-        return f"\"{key}='{value}'\""
-    return shlex.quote(hydra_override(key, value))
-
-
-#: A value Hydra's override grammar and the shell both take as it is.
-_BARE = re.compile(r"[A-Za-z0-9_./:@+-]+")
 
 
 def help_text(doc: str | None) -> str:

@@ -40,7 +40,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, MissingMandatoryValue, OmegaConfBaseException
 from rich.console import Console
 
-from skewlens.cli.options import override, refuse_yaml_aliases
+from skewlens.cli.options import refuse_yaml_aliases
 from skewlens.console import (
     QuietPipe,
     encodable_output,
@@ -52,7 +52,7 @@ from skewlens.console import (
 from skewlens.paths import CONF_DIR, conf_entries, doc
 from skewlens.profiler.atomic import why_not_created
 from skewlens.profiler.errors import SkewlensError, out_of_memory
-from skewlens.profiler.store.issues import counted, run_notes
+from skewlens.profiler.store.issues import counted, override, run_notes
 from skewlens.progress import NO_PROGRESS
 from skewlens.replay.config import (
     ReplayConfig,
