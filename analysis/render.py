@@ -7,9 +7,11 @@ import re
 import shlex
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
-from rich.console import Group, RenderableType
+from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
@@ -39,8 +41,9 @@ from skewlens.analysis.gpu_idle import compute_streams, most_idle, verdict
 from skewlens.analysis.gpu_kernels import top_kernels
 from skewlens.analysis.records import BlameRecord, CauseKind
 from skewlens.analysis.skew import Cause
+from skewlens.console import print_line
 from skewlens.profiler.manifest import default_group_name
-from skewlens.profiler.store.issues import MAX_RANK_ROWS, ms_text, percent_text, rank_ranges
+from skewlens.profiler.store.issues import MAX_RANK_ROWS, ms_text, percent_text, rank_ranges, replay_command
 from skewlens.profiler.store.render import group_desc, group_members
 from skewlens.replay.execution import HOST_TIME_NAMES
 
@@ -167,13 +170,62 @@ def shown_cause(rec: BlameRecord, steps: int) -> str:
     return (rec.cause if blamed else "") or "-"
 
 
+@dataclass(frozen=True, slots=True)
+class Command:
+    """A command for the user to copy, which :func:`print_report` prints on a line of its own, whole: the
+    terminal's own wrap the only one (``print_line``). In a table's caption, rich wrapped it to the table's
+    width, with a line break inside a Hydra list (``rank s:[0]``) that a paste then held."""
+
+    text: str
+
+
+#: Printed: a report's parts, of which each :class:`Command` on its own line.
+ReportPart = RenderableType | Command
+
+
+def print_report(console: Console, parts: Sequence[ReportPart]) -> None:
+    """``parts`` (:func:`report`'s) on ``console``: a :class:`Command` through ``print_line``, unwrapped,
+    the rest as rich renders it."""
+    for part in parts:
+        if isinstance(part, Command):
+            print_line(console, part.text)
+        else:
+            console.print(part)
+
+
+#: Above the replays that the stragglers table's what-if notes name (:func:`stragglers`).
+REPLAYS_HEADING = (
+    "what-if replays, one a line (OUT: a directory for the replay's outputs; factor 0.5 in place of 0: half "
+    "of it gone):"
+)
+
+
+def stragglers(result: AnalysisResult, top: int = 5) -> list[ReportPart]:
+    """:func:`stragglers_table` and, under it, the replays its what-if notes name (:func:`what_if_notes`),
+    each a :class:`Command` on the run analysed (``trace=`` the path it was loaded from)."""
+    table, what_ifs = _stragglers(result, top)
+    if not what_ifs:
+        return [table]
+    run = result.run.run_dir
+    return [
+        table,
+        Text(REPLAYS_HEADING),
+        *(Command(replay_command(run, *w.overrides)) for w in what_ifs),
+    ]
+
+
 def stragglers_table(result: AnalysisResult, top: int = 5) -> Table:
+    """The table of :func:`stragglers`, without the replays its notes name."""
+    return _stragglers(result, top)[0]
+
+
+def _stragglers(result: AnalysisResult, top: int) -> tuple[Table, list[WhatIf]]:
     """Top stragglers, ms per step (the mean over the steps, named in the title): what-if cost (simulated),
     steps where each is the top straggler, the peer wait it caused and its top cause (``-`` where nothing
     was blamed on it). After the first, a rank that costs nothing and made no one wait is left out (at 1,024
     ranks, four rows of 0.00 under the one straggler); the caption then says how many ranks cost anything (and
     how many of those are shown, where there are more than ``top``) and that every rank is in
-    ``blame.parquet``."""
+    ``blame.parquet``. With the what-ifs its notes name, whose replays :func:`stragglers` prints under it."""
     steps = blame_steps(result)
     recs = result.stragglers
     # without the what-if (analyze_run(blame=False), --no-blame) the table has no costs: its title and
@@ -195,12 +247,9 @@ def stragglers_table(result: AnalysisResult, top: int = 5) -> Table:
         for r, w in caused:
             cause = top_cause.get(r)
             t.add_row(str(r), "-", "-", "-", ms_text(w / steps), (cause.text if cause else "") or "-")
-        for note in [
-            *uneven_wait_notes(result, [r for r, _w in caused]),
-            *what_if_notes(result, [r for r, _w in caused]),
-        ]:
+        for note in uneven_wait_notes(result, [r for r, _w in caused]):
             t.caption += f"\n{note}"
-        return t
+        return t, _what_ifs_said(t, what_if_notes(result, [r for r, _w in caused]))
     shown = [recs[0], *(rec for rec in recs[1:] if _costs_anything(rec, steps))][:top]
     for rec in shown:
         t.add_row(
@@ -226,12 +275,18 @@ def stragglers_table(result: AnalysisResult, top: int = 5) -> Table:
         t.caption += f"\n{said}; every rank is in {BLAME_FILE}"
     if (uneven := uneven_cost_note(result, shown[0])) is not None:
         t.caption += f"\n{uneven}"
-    for note in [
-        *uneven_wait_notes(result, [rec.rank for rec in shown]),
-        *what_if_notes(result, [rec.rank for rec in shown]),
-    ]:
+    for note in uneven_wait_notes(result, [rec.rank for rec in shown]):
         t.caption += f"\n{note}"
-    return t
+    return t, _what_ifs_said(t, what_if_notes(result, [rec.rank for rec in shown]))
+
+
+def _what_ifs_said(t: Table, what_ifs: list[WhatIf]) -> list[WhatIf]:
+    """``what_ifs``, each said in ``t``'s caption, naming its replay under the table (the Nth of them where
+    there are several) rather than holding it: a caption is wrapped to the table's width."""
+    for i, w in enumerate(what_ifs, 1):
+        which = "the replay" if len(what_ifs) == 1 else f"replay {i} of those"
+        t.caption = f"{t.caption}\n{w.note}; what if it were gone: {which} under the table"
+    return what_ifs
 
 
 def hosts_table(result: AnalysisResult, top: int = 5) -> Table | None:
@@ -344,7 +399,16 @@ def _median_step_ns(result: AnalysisResult) -> float:
     return float(np.median(list(result.blame.baseline_step_ns.values())))
 
 
-def what_if_notes(result: AnalysisResult, ranks: Sequence[int]) -> list[str]:
+class WhatIf(NamedTuple):
+    """A what-if of :func:`what_if_notes`: what a rank made its peers wait for (``rank 1 made its peers
+    wait for ...``), and the replay's overrides that take it away (shell words: after ``trace=`` and
+    ``out=``, :func:`~skewlens.profiler.store.issues.replay_command`)."""
+
+    note: str
+    overrides: tuple[str, ...]
+
+
+def what_if_notes(result: AnalysisResult, ranks: Sequence[int]) -> list[WhatIf]:
     """For each of ``ranks`` that made its peers wait mostly for one thing it did (half its caused wait or
     more at events whose own cause is it, in the steps the per-step figures are a mean over, and in all
     :data:`ONE_OFF_OF_STEP` of the job's median simulated step or more: a first step's warm-up of 0.45 ms
@@ -444,14 +508,13 @@ def _stalled_op(c: Cause) -> bool:
     return scope and 2 * grew >= c.delta_ns and grew > c.op_median_ns
 
 
-#: Between the items of a what-if's ``slowdown.entries``: a table's caption wraps the note at a space, so
-#: that several items (one a step) break between two of them rather than inside one (``rank s:[0]``).
+#: Between the items of a what-if's ``slowdown.entries`` (one shell word: quoted).
 _WHAT_IF_ITEMS_SEP = ", "
 
 
 def _what_if_text(
     rank: int, op: str | None, steps: tuple[tuple[int, int], ...], *, alone: bool = False
-) -> str:
+) -> WhatIf:
     """The what-if note of :func:`what_if_notes`: rank ``rank``'s untraced host time (``op`` None) or op
     ``op`` taken away, at the runs of steps ``steps`` (first, last; none: every step); ``alone``: the median
     member ran none of the scope (rank 0's checkpoint write), which then did not take "over twice its time on
@@ -465,32 +528,27 @@ def _what_if_text(
             items = _WHAT_IF_ITEMS_SEP.join(
                 f"{{kind:host_idle,ranks:[{rank}],first_step:{a},last_step:{b},factor:0}}" for a, b in steps
             )
-            return _what_if_line(rank, what, f"'slowdown.entries=[{items}]' (factor:0.5: half of it)")
-        at = f" slowdown.step={steps[0][0]}" if steps else ""
-        replay = f"slowdown=host_idle slowdown.rank={rank}{at} slowdown.factor=0 (0.5: half of it)"
-    else:
-        what = (
-            f"its scope {op}, which the median member did not run"
-            if alone
-            else f"its scope {op}, which stalled (it took over twice its time on the median member)"
-        )
-        # the name itself, as a glob, in a Hydra string (a quote escaped) in a shell word (shlex: a name
-        # with a ' or a space is one argument still)
-        pattern = re.sub(r"([*?\[])", r"[\1]", op).replace('"', '\\"')
-        ats = [f"first_step:{a},last_step:{b}," for a, b in steps] or [""]
-        items = _WHAT_IF_ITEMS_SEP.join(
-            f'{{kind:op,ranks:[{rank}],{at}factor:0,pattern:"{pattern}"}}' for at in ats
-        )
-        replay = f"{shlex.quote(f'slowdown.entries=[{items}]')} (factor:0.5: half of it)"
-    return _what_if_line(rank, what, replay)
-
-
-def _what_if_line(rank: int, what: str, replay: str) -> str:
-    """The line of :func:`_what_if_text`: what rank ``rank`` made its peers wait for, and the replay."""
-    return (
-        f"rank {rank} made its peers wait for {what}; what if it were gone: skewlens replay trace=RUN "
-        f"out=OUT {replay}"
+            return _what_if(rank, what, shlex.quote(f"slowdown.entries=[{items}]"))
+        at = (f"slowdown.step={steps[0][0]}",) if steps else ()
+        return _what_if(rank, what, "slowdown=host_idle", f"slowdown.rank={rank}", *at, "slowdown.factor=0")
+    what = (
+        f"its scope {op}, which the median member did not run"
+        if alone
+        else f"its scope {op}, which stalled (it took over twice its time on the median member)"
     )
+    # the name itself, as a glob, in a Hydra string (a quote escaped) in a shell word (shlex: a name
+    # with a ' or a space is one argument still)
+    pattern = re.sub(r"([*?\[])", r"[\1]", op).replace('"', '\\"')
+    ats = [f"first_step:{a},last_step:{b}," for a, b in steps] or [""]
+    items = _WHAT_IF_ITEMS_SEP.join(
+        f'{{kind:op,ranks:[{rank}],{at}factor:0,pattern:"{pattern}"}}' for at in ats
+    )
+    return _what_if(rank, what, shlex.quote(f"slowdown.entries=[{items}]"))
+
+
+def _what_if(rank: int, what: str, *overrides: str) -> WhatIf:
+    """The what-if of :func:`_what_if_text`: what rank ``rank`` made its peers wait for, and the replay."""
+    return WhatIf(f"rank {rank} made its peers wait for {what}", overrides)
 
 
 def _costs_anything(rec: BlameRecord, steps: int) -> bool:
@@ -560,9 +618,13 @@ def mixed_gpus_note(result: AnalysisResult) -> str | None:
     return (
         f"the ranks ran on {len(groups)} kinds of GPU: {'; '.join(said)}. The causes ('compute grew') and "
         "the what-if (runs like the median rank) compare each rank's kernels with its peers' on other GPUs: "
-        "a rank's slower kernels may be its GPU's (what replacing it would give: skewlens replay "
-        "slowdown=slow_gpu slowdown.rank=R slowdown.factor=F, F below 1 the new GPU's speed-up)"
+        "a rank's slower kernels may be its GPU's (what replacing rank R's would give: the replay under "
+        "this note, F below 1 the new GPU's speed-up)"
     )
+
+
+#: The replay that :func:`mixed_gpus_note` names: rank R's GPU ops F times as long.
+SLOW_GPU_OVERRIDES = ("slowdown=slow_gpu", "slowdown.rank=R", "slowdown.factor=F")
 
 
 #: Mark of a synchronisation point whose members' recorded times contradict each other.
@@ -876,19 +938,25 @@ def critical_path_table(result: AnalysisResult, top_ops: int = 5, *, max_ranks: 
     return Group(t, top)
 
 
-def report(result: AnalysisResult, *, top: int = 5) -> Group:
-    """The terminal report: stragglers, worst collectives, per-rank breakdown, critical path shares. What the
+def report(result: AnalysisResult, *, top: int = 5) -> list[ReportPart]:
+    """The terminal report (:func:`print_report` prints it): stragglers, worst collectives, per-rank
+    breakdown, critical path shares; each replay a note names a :class:`Command` under it. What the
     run's analysis left out or assumed (``result.notes``: the ranks without a trace, what a lenient load
     skipped, incomplete steps) is not in it: the commands print those as warnings, on stderr."""
-    parts: list[RenderableType] = [
-        stragglers_table(result, top),
+    gpus: list[ReportPart] = []
+    if (gpu_note := mixed_gpus_note(result)) is not None:
+        gpus = [
+            Text(gpu_note, style="yellow"),
+            Command(replay_command(result.run.run_dir, *SLOW_GPU_OVERRIDES)),
+        ]
+    return [
+        *stragglers(result, top),
         *([hosts] if (hosts := hosts_table(result, top)) is not None else []),
         *(Text(note, style="yellow") for note in uncompared_notes(result)),
-        *([Text(gpus, style="yellow")] if (gpus := mixed_gpus_note(result)) is not None else []),
+        *gpus,
         worst_collectives_table(result, 2 * top),
         breakdown_table(result),
         *([gpu] if (gpu := gpu_idle_table(result)) is not None else []),
         *([kern] if (kern := gpu_kernels_table(result)) is not None else []),
         critical_path_table(result),
     ]
-    return Group(*parts)

@@ -24,7 +24,9 @@ from skewlens.analysis.records import BlameRecord
 from skewlens.analysis.render import (
     breakdown_table,
     critical_path_table,
+    print_report,
     report,
+    stragglers,
     stragglers_table,
     uneven_cost_note,
     worst_collectives_table,
@@ -43,7 +45,7 @@ SC = Scenario(straggler_rank=2, straggler_ns=40 * MS, steps=3)
 def test_report_names_the_straggler_its_cost_and_cause(tmp_path: Path) -> None:
     result = analyze_run(load_run(build_run(tmp_path, SC)))
     buf = io.StringIO()
-    Console(file=buf, width=120).print(report(result))
+    print_report(Console(file=buf, width=120), report(result))
     text = buf.getvalue()
     assert "Top stragglers" in text and "Worst collectives" in text and "Step breakdown" in text
     top_row = next(line for line in text.splitlines() if line.startswith("│    2 │"))
@@ -649,17 +651,23 @@ def test_the_stragglers_caption_says_how_many_of_the_ranks_that_cost_anything_it
             rb.compute("work", work, start_ns=step * 10 * MS)
             rb.collective(CommType.ALL_REDUCE, 1 << 20, 10 * MS - work, start_ns=step * 10 * MS + work)
     result = analyze_run(load_run(b.write(tmp_path / "run")))
-    text = _render(stragglers_table(result, top=1))
+    buf = io.StringIO()
+    print_report(Console(file=buf, width=200), stragglers(result, top=1))
+    text = buf.getvalue()
     assert [row[0] for row in _rows(text)] == ["3"]
-    assert " ".join(text.split("┘", 1)[1].split()).endswith(
+    caption, replays = text.split("┘", 1)[1].split("what-if replays", 1)
+    assert " ".join(caption.split()).endswith(
         "1 shown of the 2 of 8 ranks that cost, or made others wait, 0.005 ms a step or more (the first by "
         "cost, then by the wait they caused); every rank is in blame.parquet "
         # its "work" (a scope by its name) took 9 ms, not 3: the replay without it
         "rank 3 made its peers wait for its scope work, which stalled (it took over twice its time on the "
-        "median member); what if it were gone: skewlens replay trace=RUN out=OUT "
-        "'slowdown.entries=[{kind:op,ranks:[3],first_step:0,last_step:0,factor:0,pattern:\"work\"}]' "
-        "(factor:0.5: half of it)"
+        "median member); what if it were gone: the replay under the table"
     )
+    command = (
+        f"skewlens replay trace={tmp_path / 'run'} out=OUT "
+        "'slowdown.entries=[{kind:op,ranks:[3],first_step:0,last_step:0,factor:0,pattern:\"work\"}]'"
+    )
+    assert replays.splitlines()[1:] == [command]
 
 
 def test_the_stragglers_caption_says_what_cost_percent_is_a_share_of(tmp_path: Path) -> None:

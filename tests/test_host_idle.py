@@ -15,10 +15,12 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from rich.console import Console
 
 from skewlens.analysis import analyze_run
-from skewlens.analysis.render import stragglers_table
+from skewlens.analysis.api import AnalysisResult
+from skewlens.analysis.render import print_report, stragglers
 from skewlens.cli import main as skewlens_main
 from skewlens.profiler.store import load_run
 from skewlens.profiler.store.model import RunTrace
@@ -223,52 +225,77 @@ def test_a_bad_host_idle_setting_is_one_line_naming_its_key(
     assert not (tmp_path / "out").exists()
 
 
-def stragglers_text(run: RunTrace) -> str:
+def printed_stragglers(result: AnalysisResult, width: int) -> str:
+    """The stragglers table and the replays under it, as ``skewlens analyze`` prints them ``width`` wide."""
     buf = io.StringIO()
-    Console(file=buf, width=400).print(stragglers_table(analyze_run(run)))
-    return " ".join(buf.getvalue().split())
+    print_report(Console(file=buf, width=width), stragglers(result))
+    return buf.getvalue()
+
+
+def stragglers_text(run: RunTrace) -> str:
+    """:func:`printed_stragglers` of ``run``'s analysis, 400 wide, its whitespace folded."""
+    return " ".join(printed_stragglers(analyze_run(run), 400).split())
+
+
+def replay_lines(printed: str) -> list[str]:
+    """The printed lines that are a replay to paste."""
+    return [line for line in printed.splitlines() if line.startswith("skewlens replay ")]
 
 
 def test_analyze_names_the_host_idle_replay_for_a_rank_that_made_its_peers_wait_for_untraced_host_time(
     tmp_path: Path,
 ) -> None:
-    text = stragglers_text(_gap_run(tmp_path))
+    run = _gap_run(tmp_path)
     assert (
         "rank 1 made its peers wait for untraced host time (between traced operators: a data loader, "
-        "gc.collect(), a checkpoint write); what if it were gone: skewlens replay trace=RUN out=OUT "
-        f"slowdown=host_idle slowdown.rank=1 slowdown.step={GAP_STEP} slowdown.factor=0 (0.5: half of it)"
-    ) in text
+        "gc.collect(), a checkpoint write); what if it were gone: the replay under the table"
+    ) in stragglers_text(run)
+    command = (
+        f"skewlens replay trace={tmp_path / 'run'} out=OUT slowdown=host_idle slowdown.rank=1 "
+        f"slowdown.step={GAP_STEP} slowdown.factor=0"
+    )
+    assert replay_lines(printed_stragglers(analyze_run(run), 80)) == [command]
 
 
+@pytest.mark.parametrize("folder", ["", "my run's [dir]"])
 def test_analyze_names_the_host_idle_replay_at_every_step_where_the_rank_idled_not_only_the_worst(
-    tmp_path: Path,
+    tmp_path: Path, folder: str
 ) -> None:
     # rank 1 idles 5 ms at step 1 and 3 ms at step 3 (a checkpoint written every other step, untraced):
-    # before, the replay named step 1 alone (62% of the wait), and left step 3's 3 ms wait in it
+    # before, the replay named step 1 alone (62% of the wait), and left step 3's 3 ms wait in it. The run
+    # also in a directory whose name has a space, a quote and brackets; before, the command sat in the
+    # table's caption with trace=RUN, wrapped at 80 columns over four lines (inside the Hydra list too)
     gaps = {1: GAP_NS, 3: 3_000_000}
 
     def work(rb: RankBuilder, r: int, s: int, t: int) -> int:
         rb.compute("aten::mm", dur_ns=2_000_000, start_ns=t)
         return t + 2_000_000 + (gaps.get(s, 0) if r == 1 else 0)
 
-    run = two_rank_run(tmp_path, work, "collectives")
-    text = stragglers_text(run)  # a wrap between two items reads as the space after the comma
+    run = two_rank_run(tmp_path / folder, work, "collectives")
     items = ", ".join(f"{{kind:host_idle,ranks:[1],first_step:{s},last_step:{s},factor:0}}" for s in gaps)
-    said = f"what if it were gone: skewlens replay trace=RUN out=OUT 'slowdown.entries=[{items}]' (factor:0.5"
-    assert said in text, text
-    # the command as given, run: every gap is gone (rank 0 absorbs none of it), the other steps as they were
+    printed = printed_stragglers(analyze_run(run), 80)
+    assert "what if it were gone: the replay under the table" in " ".join(printed.split())
+    (line,) = replay_lines(printed)
+    assert line.endswith(f" out=OUT 'slowdown.entries=[{items}]'") and len(line) > 80  # the terminal wraps it
+    trace = OverridesParser.create().parse_override(shlex.split(line)[2])  # Hydra's quotes in the shell's
+    assert (trace.key_or_group, trace.value()) == ("trace", run.run_dir)
+    # the command as printed, pasted: every gap is gone (rank 0 absorbs none of it), the other steps as they
+    # were
     base = simulate(run).step_times()
-    assert what_if_step_times(text, tmp_path, rank=0) == {s: t - gaps.get(s, 0) for s, t in base.items()}
+    assert what_if_step_times(run, tmp_path, rank=0) == {s: t - gaps.get(s, 0) for s, t in base.items()}
 
 
-def what_if_step_times(text: str, tmp_path: Path, *, rank: int) -> dict[int, int]:
-    """Rank ``rank``'s step times in the replay that ``text``'s what-if note names, run as given on the run
-    in ``tmp_path / "run"`` (its ``RUN`` and ``OUT`` filled in)."""
-    command = text.split("what if it were gone: skewlens replay ", 1)[1].split(" (factor:0.5", 1)[0]
-    args = [
-        a.replace("trace=RUN", f"trace={tmp_path / 'run'}").replace("out=OUT", f"out={tmp_path / 'out'}")
-        for a in shlex.split(command)
-    ]
+def what_if_step_times(run: RunTrace, tmp_path: Path, *, rank: int) -> dict[int, int]:
+    """Rank ``rank``'s step times in the replay printed under ``run``'s stragglers table at 80 columns, as
+    a user pastes it: the one line, split as a shell splits it, with ``OUT`` replaced (into ``tmp_path /
+    "out"``); the printed ``trace=`` is the run's own path. Before, the command sat in the table's caption,
+    wrapped to its width (inside the Hydra list too), with ``trace=RUN`` to fill in."""
+    (line,) = replay_lines(printed_stragglers(analyze_run(run), 80))
+    words = shlex.split(line)
+    assert words[:2] == ["skewlens", "replay"] and words[2].startswith("trace=") and words[3] == "out=OUT", (
+        line
+    )
+    args = [words[2], f"out={tmp_path / 'out'}", *words[4:]]
     assert skewlens_main(["replay", *args, "progress=false", "perfetto=false"]) == 0
     rows = pq.read_table(tmp_path / "out" / "summary.parquet").to_pylist()
     return {r["step"]: r["step_time_ns"] for r in rows if r["rank"] == rank}

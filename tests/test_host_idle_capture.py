@@ -11,16 +11,14 @@ Before, no replay could shorten untraced host time: ``kind: host_idle`` was refu
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 from capture_helpers import stalled_ddp_script, stalled_event
-from rich.console import Console
+from test_host_idle import printed_stragglers
 
 from skewlens.analysis.records import CauseKind
-from skewlens.analysis.render import stragglers_table
 from skewlens.cli import main as skewlens_main
 from skewlens.replay.execution import execution_model, host_idle_rows
 from skewlens.replay.simulate import simulate
@@ -52,11 +50,8 @@ for x in loader():
 def test_a_loader_stall_is_named_with_the_host_idle_replay_which_gives_the_step_back(tmp_path: Path) -> None:
     run_dir, stall_ns, run, result, at = stalled_event(tmp_path, SCRIPT, STALL_STEP)
     assert (at.late_rank, at.blamed_rank, at.cause.kind) == (1, 1, CauseKind.HOST_GAP)
-    buf = io.StringIO()
-    Console(file=buf, width=400).print(stragglers_table(result))
-    assert f"slowdown=host_idle slowdown.rank=1 slowdown.step={STALL_STEP} slowdown.factor=0" in " ".join(
-        buf.getvalue().split()
-    )
+    text = " ".join(printed_stragglers(result, 400).split())  # the table and the replays under it
+    assert f"slowdown=host_idle slowdown.rank=1 slowdown.step={STALL_STEP} slowdown.factor=0" in text
     # rank 1's untraced host time in the step: the sleep and the step's usual Python between operators
     rt, m = run.ranks[1], execution_model(run).ranks[1]
     gaps, untraced = host_idle_rows(rt, m)

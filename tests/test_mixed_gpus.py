@@ -7,6 +7,7 @@ import dataclasses
 import io
 import json
 import re
+import shlex
 import shutil
 from pathlib import Path
 from types import SimpleNamespace
@@ -18,7 +19,7 @@ import pytest
 from rich.console import Console
 
 from skewlens.analysis import analyze_run
-from skewlens.analysis.render import mixed_gpus_note, report
+from skewlens.analysis.render import mixed_gpus_note, print_report, report
 from skewlens.cli import main as skewlens_main
 from skewlens.profiler.importers import import_traces
 from skewlens.profiler.manifest import Manifest, read_manifest, write_manifest
@@ -70,10 +71,29 @@ def test_analyze_says_which_ranks_ran_on_which_gpu_where_it_compares_their_kerne
     result = analyze_run(load_run(run_dir))
     assert result.stragglers[0].rank == 2 and result.stragglers[0].cause.startswith("compute grew")
     buf = io.StringIO()
-    Console(file=buf, width=400).print(report(result))
+    print_report(Console(file=buf, width=400), report(result))
     text = " ".join(buf.getvalue().split())
     assert f"the ranks ran on 2 kinds of GPU: ranks 0-1, 3 on {H100}; rank 2 on {A100}." in text
     assert "compare each rank's kernels with its peers' on other GPUs" in text
+
+
+def test_the_gpu_replacement_analyze_prints_at_80_columns_is_one_line_that_runs_once_r_and_f_are_filled_in(
+    run_dir: Path, tmp_path: Path
+) -> None:
+    # before, the note held "skewlens replay slowdown=slow_gpu slowdown.rank=R slowdown.factor=F", wrapped
+    # with the note, without trace= or out=: pasted, the replay refused it for the missing keys
+    buf = io.StringIO()
+    print_report(Console(file=buf, width=80), report(analyze_run(load_run(run_dir))))
+    (line,) = [x for x in buf.getvalue().splitlines() if x.startswith("skewlens replay ") and "slow_gpu" in x]
+    said = "out=OUT slowdown=slow_gpu slowdown.rank=R slowdown.factor=F"
+    assert line == f"skewlens replay trace={run_dir} {said}"
+    filled = {"out=OUT": f"out={tmp_path / 'out'}", "slowdown.rank=R": "slowdown.rank=2"}
+    args = [filled.get(w, w) for w in shlex.split(line)[2:]]
+    assert skewlens_main(["replay", *args[:-1], "slowdown.factor=0.625", "progress=false"]) == 0
+    # the truth of the same run without the slow rank (steps after the first, as below)
+    rows = pq.read_table(tmp_path / "out" / "summary.parquet").to_pylist()
+    times = {r["step"]: r["step_time_ns"] for r in rows if r["rank"] == 2}
+    assert [times[k] for k in (1, 2)] == list(simulate_gpu_run(SPEC.without_slow_ranks()).step_period_ns[1:])
 
 
 def test_analyze_says_nothing_of_gpus_where_every_rank_ran_on_one_kind(tmp_path: Path) -> None:

@@ -47,7 +47,7 @@ def test_the_ready_made_entries_include_the_documented_ones() -> None:
 REPLAY_FIELDS = dataclasses.fields(ReplayConfig)
 REPLAY_KEYS = {f.name for f in REPLAY_FIELDS}
 #: The docs' placeholders, as values.
-PLACEHOLDERS = {"N": "8", "K": "0", "HOST0": "host0"}
+PLACEHOLDERS = {"N": "8", "K": "0", "HOST0": "host0", "R": "1", "F": "0.5"}  # R, F: slow_gpu's rank, factor
 
 
 def documented_overrides() -> list[tuple[str, bool, list[str]]]:

@@ -26,7 +26,7 @@ from skewlens.analysis.perfetto import MAX_EVENTS_OPTION, PERFETTO_FILE, write_p
 from skewlens.analysis.plots import BREAKDOWN_FILE as BREAKDOWN_PNG
 from skewlens.analysis.plots import GPU_IDLE_FILE as GPU_IDLE_PNG
 from skewlens.analysis.plots import WAIT_HEATMAP_FILE, breakdown_bars, gpu_idle_bars, wait_heatmap
-from skewlens.analysis.render import report
+from skewlens.analysis.render import print_report, report
 from skewlens.cli.options import ArgumentParser, user_path
 from skewlens.console import print_line, print_warning, report_console
 from skewlens.profiler.atomic import move_into, staging_dir
@@ -199,7 +199,7 @@ def main(argv: list[str]) -> int:
             on_note=notes.append,
         )
     console = report_console()
-    console.print(report(result, top=args.top))
+    print_report(console, report(result, top=args.top))
     for note in (*result.notes, *notes):  # on stderr: a script's > out.txt gets the results only
         print_warning("analyze", note)
     print_line(console, f"wrote {len(written)} files to {out}")

@@ -252,7 +252,7 @@ def analyse(
     The result and the files written (``skewlens analyze``'s: :func:`~skewlens.cli.analyze.write_outputs`)."""
     from skewlens.analysis.api import analyze_run
     from skewlens.analysis.perfetto import MAX_EVENTS_OPTION
-    from skewlens.analysis.render import report
+    from skewlens.analysis.render import print_report, report
     from skewlens.cli.analyze import write_outputs
     from skewlens.profiler.store.validate import load_validated
     from skewlens.replay.streaming import DEFAULT_MAX_EVENTS
@@ -269,7 +269,7 @@ def analyse(
         write_all=f"skewlens analyze {path_word(run_dir)} --out DIR {MAX_EVENTS_OPTION} 0",
         on_note=notes.append,
     )
-    console.print(report(result))
+    print_report(console, report(result))
     for note in (*result.notes, *notes):  # on stderr, as skewlens analyze's
         print_warning("demo", note)
     return result, written
