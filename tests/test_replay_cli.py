@@ -725,6 +725,75 @@ def test_an_item_of_a_list_is_not_checked_against_the_default_entry_where_a_prim
     assert OmegaConf.create(capsys.readouterr().out).entries[0].factor == 3
 
 
+@pytest.mark.parametrize(
+    ("primary", "overrides", "error"),
+    [
+        (
+            "mine",
+            ["topology=two_node_ib", "topology.dims.5.bandwidth_gbps=5"],
+            "topology.dims.5.bandwidth_gbps: topology two_node_ib has 2 items in topology.dims",
+        ),
+        (  # a primary config that chooses no topology takes one added
+            "bare",
+            ["+topology=two_node_ib", "topology.dims.5.bandwidth_gbps=5"],
+            "topology.dims.5.bandwidth_gbps: topology two_node_ib has 2 items in topology.dims",
+        ),
+        (
+            "mine",
+            ["slowdown=jitter", "slowdown.entries.1.sigma=0.2"],
+            "slowdown.entries.1.sigma: slowdown jitter has 1 item in slowdown.entries",
+        ),
+        (  # a sweep point that chooses an entry without the item: Hydra's message stopped every job
+            "mine",
+            ["-m", "topology=two_node_ib,switch", "topology.dims.1.bandwidth_gbps=5"],
+            "topology.dims.1.bandwidth_gbps: topology switch has 1 item in topology.dims",
+        ),
+    ],
+)
+def test_an_item_of_a_list_is_checked_against_an_entry_the_command_line_chooses_under_a_users_primary_config(
+    run_dir: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    primary: str,
+    overrides: list[str],
+    error: str,
+) -> None:
+    # the check was skipped under any primary config of the user's: Hydra's six lines ("Error merging
+    # override topology.dims.5.bandwidth_gbps=5", "Invalid type assigned: dict is not a subclass of
+    # DimensionConfig. value: {}", ...) where the command line itself chose the entry
+    cfg = tmp_path / "cfg"
+    cfg.mkdir()
+    (cfg / "mine.yaml").write_text("defaults:\n  - replay\n  - _self_\n")
+    (cfg / "bare.yaml").write_text("defaults:\n  - replay_schema\n  - slowdown: none\n  - _self_\n")
+    args = ["replay", "-cd", str(cfg), "-cn", primary, f"trace={run_dir}", f"out={tmp_path / 'o'}"]
+    assert skewlens_main([*args, *overrides]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"skewlens replay: error: {error} (numbered from 0); ")
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize(
+    ("chosen", "group", "key"),
+    [
+        ("  - override topology: two_node_ib\n", "topology", "dims.1.bandwidth_gbps"),
+        ("  - override slowdown: straggler\n", "slowdown", "entries.0.factor"),
+    ],
+)
+def test_an_item_of_a_list_of_an_entry_only_the_users_primary_config_chooses_is_left_to_hydra(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], chosen: str, group: str, key: str
+) -> None:
+    # replay.yaml's switch has 1 dim and its slowdown none no entries: checked against them, each was
+    # refused, where the entry the primary config chooses has the item (skewlens cannot read its defaults
+    # before Hydra composes them); the command line choosing another group's entry changes nothing
+    cfg = tmp_path / "cfg"
+    cfg.mkdir()
+    (cfg / "mine.yaml").write_text(f"defaults:\n  - replay\n{chosen}  - _self_\n")
+    other = "slowdown=jitter" if group == "topology" else "topology=ring"
+    args = ["replay", "-cd", str(cfg), "-cn", "mine", f"trace={run_dir}", f"out={tmp_path / 'o'}", other]
+    assert skewlens_main([*args, f"{group}.{key}=5", "--cfg", "job", "-p", group]) == 0
+    assert OmegaConf.select(OmegaConf.create(capsys.readouterr().out), key) == 5
+
+
 @pytest.mark.parametrize("sweep", [False, True])
 def test_an_added_group_entry_is_checked_as_a_chosen_one_where_the_users_primary_config_chooses_none(
     run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], sweep: bool

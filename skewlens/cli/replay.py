@@ -656,8 +656,12 @@ GROUP_LISTS = {"slowdown": "entries", "topology": "dims"}
 
 def _group_choices(group: str, args: list[str]) -> list[str] | None:
     """The entries of ``group`` that ``args`` choose (a sweep's comma list too), else ``conf/replay.yaml``'s
-    default; None where they are not a plain list of names or paths (a glob, an interpolation)."""
+    default; none where they choose none under a primary config of the user's (:func:`_own_primary_config`:
+    its defaults are Hydra's to compose); None where they are not a plain list of names or paths (a glob, an
+    interpolation)."""
     given = [s[1] for s in map(override_setting, args) if s is not None and s[0] == group]
+    if not given and _own_primary_config(args):
+        return []
     if not given:
         defaults = yaml.safe_load((CONF_DIR / "replay.yaml").read_text(encoding="utf-8"))["defaults"]
         return [str(d[group]) for d in defaults if isinstance(d, dict) and group in d]
@@ -771,10 +775,9 @@ def check_list_items(args: list[str]) -> None:
     type assigned: dict is not a subclass of SlowdownItemConfig. value: {}"), and in a sweep it stopped
     every job. Not checked where the list is given whole, an entry extends another (its ``defaults``) or has
     a ``# @package`` header (Hydra places it: a ``_global_`` file holds ``topology:`` itself), the
-    choices are not plain names or a primary config of the user's may choose other entries
-    (:func:`_own_primary_config`)."""
-    if _own_primary_config(args):
-        return
+    choices are not plain names, or a primary config of the user's may choose the entry: under one
+    (:func:`_own_primary_config`) only the entries the command line chooses are checked (before, none were:
+    ``-cn mine topology=two_node_ib topology.dims.5.bandwidth_gbps=5`` was Hydra's six lines)."""
     dirs = user_conf_dirs(args)
     for arg in args:
         m = re.fullmatch(r"\+{0,2}(slowdown|topology)\.(entries|dims)\.(\d+)(\..*)?=.*", arg)
