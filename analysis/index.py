@@ -158,6 +158,10 @@ class RunIndex:
     """Per-rank index."""
     names: list[str]
     """Run-wide name dictionary (``RankIndex.gname`` indexes it)."""
+    gpu_names: B
+    """Per name of :attr:`names`: whether a row of it ran on a GPU stream on some rank (``RankTrace.is_cpu``
+    false: a kernel, a copy, a memset), GPU work whatever it is called (``sm90_xmma_gemm_...``,
+    ``cutlass::...``, ``void at::native::...``): a kernel's names differ from one GPU model to the next."""
     step_spans: dict[tuple[int, int], tuple[int, int]]
     """(rank, step) -> (start_ns, end_ns) of each recorded step (step -1: a rank without step marks)."""
 
@@ -332,7 +336,11 @@ def build_index(run: RunTrace) -> RunIndex:
             np.concatenate([c_end, st[comm] + ri.wait_ns[comm]]),
         )
         _seal(ri)
-    return RunIndex(run=run, ranks=idx, names=names, step_spans=_step_spans(run))
+    gpu_names = np.zeros(len(names), dtype=bool)
+    for ri in idx.values():
+        gpu_names[ri.gname[~ri.trace.is_cpu]] = True
+    seal_arrays([gpu_names])
+    return RunIndex(run=run, ranks=idx, names=names, gpu_names=gpu_names, step_spans=_step_spans(run))
 
 
 def _seal(ri: RankIndex) -> None:

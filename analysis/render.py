@@ -492,7 +492,10 @@ _AUTOGRAD_NODE = re.compile(r"Backward\d*$")
 def _stalled_op(c: Cause) -> bool:
     """Whether a compute cause's first-named op is a scope that stalled: not an operator (``aten::mm``,
     ``c10d::...``, ``autograd::engine::...``: a slower operator is a slower rank, which the what-if cost
-    compares with the median one) nor a kernel (``void ...``: a slower GPU, ``slow_gpu``), a name such as
+    compares with the median one) nor GPU work (``Cause.op_on_gpu``: a kernel, a slower GPU, ``slow_gpu``;
+    told apart by the stream its rows ran on, not by its name: cuBLAS's ``sm90_xmma_gemm_...`` has no
+    ``void`` nor ``::``, and a kernel of another GPU model's name, one the median member never ran, was
+    "its scope ..., which the median member did not run", an op replay deleting it), a name such as
     ``enumerate(DataLoader)#...``, ``Optimizer.step#SGD.step`` or a ``record_function``'s; grown by half the
     cause or more, and by more than it took on the median member. Nor the capture's own host-time nodes
     (:data:`~skewlens.replay.execution.HOST_TIME_NAMES`): the ``collectives`` level's ``compute`` is all of a
@@ -500,8 +503,8 @@ def _stalled_op(c: Cause) -> bool:
     autograd node (:data:`_AUTOGRAD_NODE`): an op replay would take its whole backward op away."""
     name, grew = c.ops[0]
     scope = (
-        "::" not in name
-        and not name.startswith("void ")
+        not c.op_on_gpu
+        and "::" not in name
         and name not in HOST_TIME_NAMES
         and _AUTOGRAD_NODE.search(name) is None
     )

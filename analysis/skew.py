@@ -41,7 +41,15 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from skewlens.analysis.index import I64, Coverage, RankIndex, RunIndex, last_comm_end_before, rows_starting_in
+from skewlens.analysis.index import (
+    I64,
+    B,
+    Coverage,
+    RankIndex,
+    RunIndex,
+    last_comm_end_before,
+    rows_starting_in,
+)
 from skewlens.analysis.records import CauseKind, CollectiveSkewRecord
 from skewlens.profiler.manifest import HASHED_GROUP_NAME
 from skewlens.profiler.vocab import CommType, NodeType
@@ -80,6 +88,10 @@ class Cause:
     op_median_ns: int = 0
     """Compute, of one event: the first-named op's time in the median member's window (what it grew from:
     a stall where its growth is larger); 0 in a cause summed over events."""
+    op_on_gpu: bool = False
+    """Compute, of one event: whether the first-named op is GPU work (its rows ran on a GPU stream,
+    :attr:`~skewlens.analysis.index.RunIndex.gpu_names`: a kernel, whose growth is a slower GPU, not a scope
+    of the program's that stalled); False in a cause summed over events."""
     blamed_from: int = -1
     """For an earlier wait: the rank that caused it."""
     via_rank: int = -1
@@ -370,10 +382,13 @@ def _window(ri: RankIndex, a: int, b: int, own_row: int) -> _Window:
     )
 
 
-def _grown_ops(late: _Window, med: _Window, names: list[str]) -> tuple[tuple[tuple[str, int], ...], int]:
+def _grown_ops(
+    late: _Window, med: _Window, names: list[str], gpu_names: B
+) -> tuple[tuple[tuple[str, int], ...], int, bool]:
     """The ops that grew most from the median member's window to the late member's, with their growth
-    (summed by the label a cause shows them by, :func:`_by_label`), and the first's time in the median
-    member's window."""
+    (summed by the label a cause shows them by, :func:`_by_label`), the first's time in the median
+    member's window, and whether the first is GPU work (``gpu_names``: per name of ``names``,
+    :attr:`~skewlens.analysis.index.RunIndex.gpu_names`)."""
     n = max(late.by_name.size, med.by_name.size)
     d = np.zeros(n, dtype=np.int64)
     d[: late.by_name.size] += late.by_name
@@ -384,7 +399,8 @@ def _grown_ops(late: _Window, med: _Window, names: list[str]) -> tuple[tuple[tup
     # the first's time on the median member: of every name its label sums
     label = _short(ops[0][0]) if ops else None
     was = sum(int(med.by_name[i]) for i in top if i < med.by_name.size and _short(names[i]) == label)
-    return ops, was
+    on_gpu = any(bool(gpu_names[i]) for i in top if names[i] == ops[0][0]) if ops else False
+    return ops, was, on_gpu
 
 
 #: How many times :data:`TOP_OPS` grown ops :func:`_grown_ops` reads before :func:`_by_label` sums them.
@@ -406,10 +422,10 @@ def _by_label(ops: Sequence[tuple[str, int]]) -> tuple[tuple[str, int], ...]:
 
 
 def _cause(
-    late: _Window, med: _Window, start_delta_ns: int, names: list[str], *, waited: bool = True
+    late: _Window, med: _Window, start_delta_ns: int, ix: RunIndex, *, waited: bool = True
 ) -> tuple[Cause, int]:
     """The dominant cause and the row of the late member's longest earlier wait (-1 if none); not an
-    earlier wait where not ``waited``."""
+    earlier wait where not ``waited``; ops named by ``ix``'s names."""
     deltas = {
         CauseKind.COMPUTE: late.compute_ns - med.compute_ns,
         CauseKind.HOST_GAP: late.host_gap_ns - med.host_gap_ns,
@@ -426,9 +442,10 @@ def _cause(
         # what no category counts (a transfer at another group's collective in its window)
         return NO_CAUSE, -1
     if kind is CauseKind.COMPUTE:
-        ops, was = _grown_ops(late, med, names)
+        ops, was, on_gpu = _grown_ops(late, med, ix.names, ix.gpu_names)
+        first = ops[0][0] if ops else None
         return Cause(
-            kind=kind, delta_ns=deltas[kind], op=ops[0][0] if ops else None, ops=ops, op_median_ns=was
+            kind=kind, delta_ns=deltas[kind], op=first, ops=ops, op_median_ns=was, op_on_gpu=on_gpu
         ), -1
     return Cause(kind=kind, delta_ns=deltas[kind]), late.max_wait_row
 
@@ -611,7 +628,7 @@ def analyze_skew(ix: RunIndex) -> SkewResult:
                 # by rank 0", of rank 0's 2-5 ms lateness in steps 8-10, each 2 ms later completion
                 # handing it on to the next
                 delta = 0 if completed == 2 else starts[0] - starts[1]
-                cause, wait_row = _cause(wl, wm, delta, ix.names)
+                cause, wait_row = _cause(wl, wm, delta, ix)
             if cause.kind is CauseKind.WAIT and wait_row < 0:
                 # the window itself started late: the lateness comes from the previous sync point
                 # (the group's previous instance; for a pair, the late member's last completed communication:
@@ -635,7 +652,7 @@ def analyze_skew(ix: RunIndex) -> SkewResult:
                 # this one's (recvs from a slow neighbour still pending while the rank exchanged with
                 # another peer: they did not hold it back). A rank never causes its own wait, so the cause
                 # is what else grew; before, "earlier wait +1.2 ms (caused by rank 1)" of rank 1 itself
-                cause, _ = _cause(wl, wm, 0, ix.names, waited=False)
+                cause, _ = _cause(wl, wm, 0, ix, waited=False)
             if cause.kind is CauseKind.WAIT:
                 cause = Cause(kind=cause.kind, delta_ns=cause.delta_ns, blamed_from=blamed)
         if kind == "collective":

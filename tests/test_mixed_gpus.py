@@ -19,7 +19,9 @@ import pytest
 from rich.console import Console
 
 from skewlens.analysis import analyze_run
-from skewlens.analysis.render import mixed_gpus_note, print_report, report
+from skewlens.analysis.api import AnalysisResult
+from skewlens.analysis.records import CauseKind
+from skewlens.analysis.render import mixed_gpus_note, print_report, report, what_if_notes
 from skewlens.cli import main as skewlens_main
 from skewlens.profiler.importers import import_traces
 from skewlens.profiler.manifest import Manifest, read_manifest, write_manifest
@@ -75,6 +77,62 @@ def test_analyze_says_which_ranks_ran_on_which_gpu_where_it_compares_their_kerne
     text = " ".join(buf.getvalue().split())
     assert f"the ranks ran on 2 kinds of GPU: ranks 0-1, 3 on {H100}; rank 2 on {A100}." in text
     assert "compare each rank's kernels with its peers' on other GPUs" in text
+
+
+def _report_text(run_dir: Path) -> tuple[AnalysisResult, str]:
+    """``run_dir``'s analysis and its printed report, 400 wide, its whitespace folded."""
+    result = analyze_run(load_run(run_dir))
+    buf = io.StringIO()
+    print_report(Console(file=buf, width=400), report(result))
+    return result, " ".join(buf.getvalue().split())
+
+
+def _first_grown(result: AnalysisResult, rank: int) -> set[tuple[str, bool]]:
+    """The first-named op, and whether it is GPU work, of each compute cause of an event blamed on
+    ``rank`` that made its peers wait."""
+    return {
+        (e.cause.ops[0][0], e.cause.op_on_gpu)
+        for e in result.skew.events
+        if e.blamed_rank == rank and e.cause.kind is CauseKind.COMPUTE and e.total_exposed_wait_ns > 0
+    }
+
+
+def test_analyze_names_the_gpu_replacement_not_an_op_replay_deleting_a_kernel_of_the_rank_on_another_gpu(
+    run_dir: Path,
+) -> None:
+    # before: "rank 2 made its peers wait for its scope sm90_xmma_gemm_..._cublas, which the median member did
+    # not run", an op replay at factor 0 deleting the kernel (no 'void ' before a cuBLAS kernel's name): a
+    # slower GPU is slow_gpu's, the note on the GPUs
+    result, text = _report_text(run_dir)
+    assert what_if_notes(result, [2]) == []
+    assert "its scope" not in text and "kind:op" not in text
+    assert (
+        f"skewlens replay trace={run_dir} out=OUT slowdown=slow_gpu slowdown.rank=R slowdown.factor=F" in text
+    )
+    # the kernels that grew most, GPU work by the stream they ran on
+    assert _first_grown(result, 2) == {
+        (f"sm90_xmma_gemm_f32f32_tf32f32_f32_{t}_n_tilesize128x128x32_cublas", True) for t in ("nt", "tn")
+    }
+
+
+def test_analyze_names_no_op_replay_for_a_kernel_without_void_that_grew_on_a_slower_gpu_of_its_peers_model(
+    tmp_path: Path,
+) -> None:
+    # rank 2's kernels take 1.6 times its peers' on the same H100s: a slower GPU (the what-if cost says
+    # what it cost), not a scope; before, "its scope sm90_xmma_gemm_..._cublas" with an op replay deleting it
+    write_gpu_run(dataclasses.replace(SPEC, device_properties={}), tmp_path / "kineto")
+    import_traces([tmp_path / "kineto"], None, tmp_path / "run")
+    result, text = _report_text(tmp_path / "run")
+    assert result.stragglers[0].rank == 2
+    assert what_if_notes(result, [0, 1, 2, 3]) == []
+    assert "its scope" not in text and "kind:op" not in text
+    kernel = "sm90_xmma_gemm_f32f32_tf32f32_f32_nt_n_tilesize128x128x32_cublas"
+    assert (kernel, True) in _first_grown(result, 2)
+    # what a row is: the kernels ran on a GPU stream, the operators that launched them on the host
+    ix = result.index
+    gpu = {n for n, g in zip(ix.names, ix.gpu_names.tolist(), strict=True) if g}
+    assert "ampere_sgemm_128x64_nt" in gpu and "Memcpy DtoH (Device -> Pageable)" in gpu
+    assert "aten::mm" not in gpu and "Optimizer.step#SGD.step" not in gpu
 
 
 def test_the_gpu_replacement_analyze_prints_at_80_columns_is_one_line_that_runs_once_r_and_f_are_filled_in(

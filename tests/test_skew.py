@@ -197,7 +197,11 @@ def test_a_cause_names_an_op_once_where_the_autograd_engine_and_its_node_both_gr
             compute_ns=total, host_gap_ns=0, send_gap_ns=0, wait_ns=0, max_wait_row=-1, by_name=by_name
         )
 
-    ops, was = _grown_ops(window(34.5, 2.6, 1.5, 1.2, 1.0), window(0.1, 0.0, 0.1, 0.0, 0.0), names)
+    on_host = np.zeros(len(names), dtype=bool)
+    ops, was, on_gpu = _grown_ops(
+        window(34.5, 2.6, 1.5, 1.2, 1.0), window(0.1, 0.0, 0.1, 0.0, 0.0), names, on_host
+    )
+    assert not on_gpu
     grown = [(names[0], 35.8), ("RedistributeBackward", 2.6), ("aten::mm", 1.2)]
     assert ops == tuple((n, int(ms * MS)) for n, ms in grown)
     assert was == int(0.2 * MS)  # both names' time on the median member
