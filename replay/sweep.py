@@ -9,12 +9,14 @@ a Hydra callback that runs in the process that launched the sweep, clears ``.job
 ``sweep.parquet`` and its jobs' outputs before the first job and, when the last one has ended, gathers the
 rows into ``sweep.parquet``, prints the comparison table, draws it (``sweep.png``: step time against the
 swept value, :func:`skewlens.replay.plots.sweep_plot`) and names every job that failed, with its
-overrides; then the command exits with status 2.
+overrides; then the command exits with status 2. An interrupted sweep writes no ``sweep.parquet``: the
+command names the jobs that finished and where their outputs and rows are (:func:`interrupted`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import shutil
 import sys
@@ -23,8 +25,11 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import yaml
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.conf import HydraConf
+from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
@@ -231,13 +236,98 @@ def _fail(message: str) -> NoReturn:
     sys.exit(FAILED_EXIT)
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class _Running:
+    """The sweep this process launched, from when its earlier sweep's records were cleared until it ends."""
+
+    sweep_dir: Path
+    jobs: int | None
+    """How many jobs it runs; None where that is not known (a sweeper other than Hydra's basic one)."""
+    held: int | None
+    """The lock of its ``.jobs/`` (:func:`hold_sweep`)."""
+
+
+#: The sweep running in this process (at most one): what an interrupt's message reads (:func:`interrupted`).
+_RUNNING: list[_Running] = []
+
+
+def sweep_size(config: DictConfig) -> int | None:
+    """How many jobs the sweep of ``config`` (a multirun's) runs, as Hydra's basic sweeper makes them of
+    ``hydra.sweeper.params`` and the command line's overrides (the product of each key's values, a glob
+    of a group's entries as it matches); None for another sweeper, or overrides it would refuse."""
+    basic = f"{BasicSweeper.__module__}.{BasicSweeper.__name__}"
+    if OmegaConf.select(config, "hydra.sweeper._target_") != basic:
+        return None
+    params = OmegaConf.select(config, "hydra.sweeper.params") or {}
+    lines = [f"{k}={v}" for k, v in params.items()] + [str(o) for o in config.hydra.overrides.task]
+    try:
+        parser = OverridesParser.create(config_loader=GlobalHydra.instance().config_loader())
+        return sum(len(batch) for batch in BasicSweeper.split_arguments(parser.parse_overrides(lines), None))
+    except Exception:  # Hydra's sweeper refuses it, with its own message, when the sweep runs
+        return None
+
+
+def end_sweep(sweep: _Running | None = None) -> None:
+    """Release ``sweep``, else every one this process runs (:data:`_RUNNING`), however it ended: an
+    interrupted one's ``.jobs/`` stayed locked while the process lived, and a second sweep into it from
+    the same process was refused as another one running."""
+    for s in [sweep] if sweep is not None else list(_RUNNING):
+        if s in _RUNNING:
+            _RUNNING.remove(s)
+            if s.held is not None:
+                os.close(s.held)
+
+
+def _listed(items: list[str]) -> str:
+    return ", ".join(items)
+
+
+def _jobs(numbers: list[int]) -> str:
+    return f"job{'s' if len(numbers) > 1 else ''} {_listed([str(n) for n in numbers])}"
+
+
+def interrupted() -> str | None:
+    """What an interrupt (Ctrl-C, SIGTERM) of the sweep this process runs leaves, for the command to say
+    after ``interrupted``; None outside a sweep, or before its earlier sweep's records were cleared (the
+    rows in ``.jobs/`` may then be that one's). A job is finished where its row is in ``.jobs/``: a job
+    writes it once its outputs are whole in its directory; an interrupted job's outputs are not there (its
+    staging directory is removed) and neither is its row. No ``sweep.parquet`` is written: a table of some
+    jobs would read as the whole sweep. A second interrupt while the rows are read says where they are."""
+    if not _RUNNING:
+        return None
+    sweep = _RUNNING[-1]
+    jobs = sweep.sweep_dir / JOBS_DIR
+    again = "run the sweep again to get sweep.parquet"
+    try:
+        rows = sorted((r for p in jobs.glob(f"*{ROW_SUFFIX}") for r in read_sweep(p)), key=lambda r: r.job)
+        failed = sorted(_job_number(p) for p in jobs.glob(f"*{ERROR_SUFFIX}"))
+    except KeyboardInterrupt:
+        return f"(again while it read its finished jobs' rows): they are in {jobs}/; {again}"
+    except (OSError, SkewlensError) as e:
+        return f"(its finished jobs' rows are in {jobs}/, unread: {e}); {again}"
+    of = "" if sweep.jobs is None else f" of {sweep.jobs}"
+    said = f"after {len(rows)}{of} sweep jobs finished"
+    if rows:
+        dirs = list(dict.fromkeys(r.out_dir for r in rows))  # jobs that share one directory: named once
+        said += (
+            f" ({_jobs([r.job for r in rows])}); their outputs are in {_listed(dirs)}; their rows in {jobs}/"
+        )
+    if failed:
+        said += (
+            f"; {len(failed)} failed ({_jobs(failed)}: see "
+            f"{_listed([str(_job_file(sweep.sweep_dir, j, ERROR_SUFFIX)) for j in failed])})"
+        )
+    return f"{said} ({again})" if rows or failed else f"{said}; {again}"
+
+
 class SweepSummary(Callback):
     """Clears the job records before a multirun; at its end writes ``sweep.parquet`` and ``sweep.png``,
     prints the comparison table and the failed jobs, and exits with status 2 if any job failed. The sweep
-    directory is held (:func:`hold_sweep`) from before the clear until the table is written."""
+    directory is held (:func:`hold_sweep`) from before the clear until the table is written. An interrupted
+    sweep writes no table: the command says which jobs finished (:func:`interrupted`)."""
 
     def __init__(self) -> None:
-        self._held: int | None = None
+        self._running: _Running | None = None
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         del kwargs
@@ -247,10 +337,17 @@ class SweepSummary(Callback):
             _fail(missing_value("out"))
         sweep_dir = Path(str(config.hydra.sweep.dir))
         try:
-            self._held = hold_sweep(sweep_dir)
+            held = hold_sweep(sweep_dir)
         except SkewlensError as e:
             _fail(str(e))
-        clear_earlier_sweep(sweep_dir)
+        try:
+            clear_earlier_sweep(sweep_dir)
+        except BaseException:
+            if held is not None:
+                os.close(held)
+            raise
+        self._running = _Running(sweep_dir, sweep_size(config), held)
+        _RUNNING.append(self._running)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         del kwargs
@@ -259,9 +356,9 @@ class SweepSummary(Callback):
         except SkewlensError as e:
             _fail(str(e))
         finally:
-            if self._held is not None:
-                os.close(self._held)  # releases the sweep directory
-                self._held = None
+            if self._running is not None:
+                end_sweep(self._running)  # releases the sweep directory
+                self._running = None
 
     def _summarise(self, sweep_dir: Path) -> None:
         rows, failed = collect_sweep(sweep_dir)

@@ -14,8 +14,10 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -1522,3 +1524,182 @@ def test_a_sweeps_out_may_interpolate_what_is_the_same_for_every_job(run_dir: Pa
     ]
     assert skewlens_main([*args, "progress=false", "perfetto=false"]) == 0
     assert pq.read_table(tmp_path / "sweep" / "ring" / "sweep.parquet").column("job").to_pylist() == [0, 1]
+
+
+def _interrupt_job(monkeypatch: pytest.MonkeyPatch, job: int, *, again: bool = False) -> None:
+    """Ctrl-C while job ``job`` of a sweep in this process replays (the earlier ones finished); with
+    ``again``, a second one while the command reads the finished jobs' rows to say which they are."""
+    import skewlens.replay.driver as driver
+    import skewlens.replay.sweep as sweep
+
+    replay = driver._replay_into
+
+    def interrupted(conf: object, out_dir: Path, *args: object) -> object:
+        if out_dir.name == str(job):
+            if again:
+                monkeypatch.setattr(sweep, "read_sweep", _raise_interrupt)
+            raise KeyboardInterrupt
+        return replay(conf, out_dir, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(driver, "_replay_into", interrupted)
+
+
+def _raise_interrupt(*_a: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _interrupted_sweep(run_dir: Path, out: Path, factors: str, capsys: pytest.CaptureFixture[str]) -> str:
+    """The line an interrupted sweep of the straggler's ``factors`` ends with (its exit status 130)."""
+    args = ["replay", "-m", f"trace={run_dir}", f"out={out}", "slowdown=straggler", "progress=false"]
+    assert skewlens_main([*args, f"slowdown.factor={factors}", "perfetto=false"]) == 130
+    return capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def test_a_sweep_interrupted_after_its_first_job_names_the_finished_job_and_its_outputs_and_writes_no_table(
+    run_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # it said "skewlens replay: interrupted" alone: job 0's outputs and row were there, unmentioned
+    out = tmp_path / "sweep"
+    _interrupt_job(monkeypatch, 1)
+    assert _interrupted_sweep(run_dir, out, "1.0,2.0,3.0", capsys) == (
+        f"skewlens replay: interrupted after 1 of 3 sweep jobs finished (job 0); their outputs are in "
+        f"{out / '0'}; their rows in {out / JOBS_DIR}/ (run the sweep again to get sweep.parquet)"
+    )
+    assert not (out / "sweep.parquet").exists()  # a table of some jobs would read as the whole sweep
+    assert sorted(p.name for p in (out / "0").iterdir()) == [
+        "config.yaml",
+        "summary.parquet",
+        "timeline.parquet",
+    ]
+    assert not (out / "1").exists() and not (out / "2").exists()
+    assert [r.job for r in collect_sweep(out)[0]] == [0]
+    monkeypatch.undo()
+    # the interrupted sweep's .jobs/ was released: the same directory takes a sweep in this process again
+    args = ["replay", "-m", f"trace={run_dir}", f"out={out}", "slowdown=straggler", "progress=false"]
+    assert skewlens_main([*args, "slowdown.factor=4.0", "perfetto=false"]) == 0
+    capsys.readouterr()
+    assert [r["job"] for r in pq.read_table(out / "sweep.parquet").to_pylist()] == [0]
+
+
+def test_a_sweep_interrupted_in_its_first_job_says_none_of_its_jobs_finished_not_an_earlier_sweeps(
+    run_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "sweep"
+    append_sweep_row(out, _row(0, "slowdown.factor=9.0"))  # an earlier sweep's, cleared when this one began
+    _interrupt_job(monkeypatch, 0)
+    assert _interrupted_sweep(run_dir, out, "1.0,2.0", capsys) == (
+        "skewlens replay: interrupted after 0 of 2 sweep jobs finished; run the sweep again to get "
+        "sweep.parquet"
+    )
+
+
+def test_a_sweep_interrupted_before_it_cleared_an_earlier_sweeps_rows_claims_none_of_them(
+    run_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import skewlens.replay.sweep as sweep
+
+    out = tmp_path / "sweep"
+    append_sweep_row(out, _row(0, "slowdown.factor=9.0"))
+    monkeypatch.setattr(sweep, "clear_earlier_sweep", _raise_interrupt)
+    assert _interrupted_sweep(run_dir, out, "1.0,2.0", capsys) == "skewlens replay: interrupted"
+
+
+def test_a_second_interrupt_while_the_finished_jobs_rows_are_read_still_says_where_they_are(
+    run_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "sweep"
+    _interrupt_job(monkeypatch, 1, again=True)
+    assert _interrupted_sweep(run_dir, out, "1.0,2.0", capsys) == (
+        f"skewlens replay: interrupted (again while it read its finished jobs' rows): they are in "
+        f"{out / JOBS_DIR}/; run the sweep again to get sweep.parquet"
+    )
+
+
+def test_an_interrupted_sweep_names_its_failed_jobs_apart_from_its_finished_ones(
+    run_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "sweep"
+    _interrupt_job(monkeypatch, 2)
+    said = _interrupted_sweep(run_dir, out, "-1,2.0,3.0", capsys)
+    assert said.split("; ") == [
+        "skewlens replay: interrupted after 1 of 3 sweep jobs finished (job 1)",  # job 0 failed: not counted
+        f"their outputs are in {out / '1'}",
+        f"their rows in {out / JOBS_DIR}/",
+        f"1 failed (job 0: see {out / JOBS_DIR / '0.error'}) (run the sweep again to get sweep.parquet)",
+    ]
+    assert not (out / "0").exists() and not (out / "2").exists()
+
+
+#: sitecustomize of a sweep's processes: job 1 replays until interrupted; every process takes Ctrl-C as a
+#: terminal's user's does (a non-interactive shell starts a background command with SIGINT ignored).
+BLOCK_JOB_1 = """\
+import signal
+import time
+from pathlib import Path
+
+import skewlens.replay.driver as driver
+
+signal.signal(signal.SIGINT, signal.default_int_handler)
+_replay = driver._replay_into
+
+
+def _blocked(conf, out_dir, *args):
+    while Path(out_dir).name == "1":
+        time.sleep(0.05)
+    return _replay(conf, out_dir, *args)
+
+
+driver._replay_into = _blocked
+"""
+
+
+@pytest.mark.slow  # a sweep on joblib's workers, interrupted as a terminal's Ctrl-C does
+def test_a_joblib_sweep_interrupted_names_exactly_the_jobs_that_finished_out_of_order(
+    run_dir: Path, tmp_path: Path
+) -> None:
+    # two workers: job 1 runs on while jobs 0 and 2 finish; Ctrl-C reaches the whole process group
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(BLOCK_JOB_1)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")])),
+    }
+    out = tmp_path / "sweep"
+    args = ["-m", f"trace={run_dir}", f"out={out}", "slowdown=straggler", "slowdown.factor=1.0,2.0,3.0"]
+    launcher = ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "progress=false", "perfetto=false"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "skewlens", "replay", *args, *launcher],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        start_new_session=True,
+    )
+    try:
+        rows = [out / JOBS_DIR / f"{job}.parquet" for job in (0, 2)]
+        deadline = time.monotonic() + 200
+        while not all(p.exists() for p in rows) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert all(p.exists() for p in rows), proc.poll()
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130
+    assert err.strip().splitlines()[-1] == (
+        f"skewlens replay: interrupted after 2 of 3 sweep jobs finished (jobs 0, 2); their outputs are in "
+        f"{out / '0'}, {out / '2'}; their rows in {out / JOBS_DIR}/ (run the sweep again to get "
+        "sweep.parquet)"
+    )
+    assert "Traceback" not in err
+    assert not (out / "sweep.parquet").exists() and not (out / "1").exists()
+    for job in (0, 2):
+        assert sorted(p.name for p in (out / str(job)).iterdir()) == [
+            "config.yaml",
+            "summary.parquet",
+            "timeline.parquet",
+        ]

@@ -75,7 +75,7 @@ from skewlens.replay.outputs import (
 )
 from skewlens.replay.render import gpu_idle_table, summary_table
 from skewlens.replay.slowdown import Slowdown
-from skewlens.replay.sweep import append_sweep_row, job_sweep_dir, record_failure
+from skewlens.replay.sweep import append_sweep_row, end_sweep, interrupted, job_sweep_dir, record_failure
 from skewlens.rich_progress import RichProgress
 
 SCHEMA_NAME = "replay_schema"
@@ -1635,7 +1635,12 @@ def main(argv: list[str] | None = None) -> int:
         except SystemExit as e:
             if e.code not in (0, None):
                 return 2
+        except KeyboardInterrupt as e:  # a sweep's says which jobs finished and where their outputs are
+            if (said := interrupted()) is None:
+                raise
+            raise KeyboardInterrupt("; ".join([*map(str, e.args[:1]), said])) from None
         finally:
+            end_sweep()  # an interrupted sweep's .jobs/ released
             sys.argv = saved
             if made is not None:  # made here for this command: not left behind empty
                 remove_if_empty(made, Path(next(a for a in args if a.startswith("out=")).partition("=")[2]))
