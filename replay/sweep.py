@@ -37,6 +37,7 @@ from omegaconf import DictConfig, OmegaConf
 from skewlens.console import print_stderr, report_console
 from skewlens.profiler.atomic import lock_directory, remove_abandoned, write_text_atomic
 from skewlens.profiler.errors import SkewlensError
+from skewlens.profiler.store.issues import first_named, rank_ranges
 from skewlens.profiler.store.schema import arrow_schema, read_table, table_from_records, write_table
 from skewlens.replay.errors import missing_value
 from skewlens.replay.outputs import (
@@ -279,11 +280,13 @@ def end_sweep(sweep: _Running | None = None) -> None:
 
 
 def _listed(items: list[str]) -> str:
-    return ", ".join(items)
+    """The first few of ``items``, then how many more (a 1,000-job sweep named every directory)."""
+    return first_named(items)
 
 
 def _jobs(numbers: list[int]) -> str:
-    return f"job{'s' if len(numbers) > 1 else ''} {_listed([str(n) for n in numbers])}"
+    """``job 3``, ``jobs 0-2, 5`` (ranges, then how many more)."""
+    return f"job{'s' if len(numbers) > 1 else ''} {rank_ranges(numbers)}"
 
 
 def interrupted() -> str | None:

@@ -1581,6 +1581,19 @@ def test_a_sweep_interrupted_after_its_first_job_names_the_finished_job_and_its_
     assert [r["job"] for r in pq.read_table(out / "sweep.parquet").to_pylist()] == [0]
 
 
+def test_a_long_sweep_interrupted_names_its_finished_jobs_as_ranges_and_a_few_of_their_directories(
+    run_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # every finished job's directory was listed: a 1,000-job sweep's line named all of them
+    out = tmp_path / "sweep"
+    _interrupt_job(monkeypatch, 5)
+    assert _interrupted_sweep(run_dir, out, "1.0,1.5,2.0,2.5,3.0,3.5", capsys) == (
+        f"skewlens replay: interrupted after 5 of 6 sweep jobs finished (jobs 0-4); their outputs are in "
+        f"{out / '0'}, {out / '1'}, {out / '2'} and 2 more; their rows in {out / JOBS_DIR}/ (run the sweep "
+        "again to get sweep.parquet)"
+    )
+
+
 def test_a_sweep_interrupted_in_its_first_job_says_none_of_its_jobs_finished_not_an_earlier_sweeps(
     run_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
