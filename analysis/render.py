@@ -111,10 +111,13 @@ def _name_cell(name: str) -> Text:
     return Text(name, no_wrap=True, overflow="ellipsis")
 
 
-def _cause_column(t: Table, header: str = "cause") -> None:
-    """The free-text cause: wrapped at spaces, a word longer than the cell ends in an ellipsis (not folded
-    over many lines); the other columns' headers wrap to leave it room."""
-    t.add_column(header, ratio=1, overflow="ellipsis")
+def cause_column(t: Table, header: str = "cause") -> None:
+    """The free-text cause: wrapped at spaces, a word longer than the cell folded onto the next line, not
+    cut; the other columns' headers wrap to leave it room. A cause holds figures (``aten::mm +41.4 ms``),
+    and rich narrows it with the table's other wrapping columns: cut with an ellipsis, at 60 columns the
+    worst collectives' causes read ``+4…`` and ``+3…`` for +41.4 ms and +39.1 ms, and at 80 their op names
+    ``aten:…``, ``Addmm…``, ``Distr…``."""
+    t.add_column(header, ratio=1, overflow="fold")
 
 
 #: What the amounts of a rank's top cause are (the stragglers table's caption, the demo's too).
@@ -237,7 +240,7 @@ def _stragglers(result: AnalysisResult, top: int) -> tuple[Table, list[WhatIf]]:
     )
     for c in ("rank", "cost ms / step", "cost %", "top in steps", "caused wait ms / step"):
         t.add_column(c, justify="right")
-    _cause_column(t, "top cause (ms per event)")
+    cause_column(t, "top cause (ms per event)")
     t.caption = f"{COST_NOTE}\n{CAUSE_NOTE}" if recs else CAUSE_NOTE
     if not recs:
         # the waits of the steps the means are over (not a set-up collective's before the first step)
@@ -646,7 +649,7 @@ def worst_collectives_table(result: AnalysisResult, top: int = 10) -> Table:
     )
     for c in ("step", "collective", "bytes", "skew ms", "exposed wait ms (members' sum)", "late", "blamed"):
         t.add_column(c, justify="left" if c == "collective" else "right", no_wrap=c == "collective")
-    _cause_column(t)
+    cause_column(t)
     waited = [e for e in result.skew.events if e.total_exposed_wait_ns > 0]
     events = sorted(waited, key=lambda e: (e.clock_contradicted, -e.total_exposed_wait_ns))[:top]
     for e in events:

@@ -210,7 +210,7 @@ def _ms(ns: float) -> str:
 def blame_table(result: AnalysisResult) -> Table:
     """The blame records as a table of per-step means (the top cause's amounts per event, as the caption
     says; ``-`` where nothing was blamed on the rank)."""
-    from skewlens.analysis.render import CAUSE_NOTE, blame_steps, shown_cause
+    from skewlens.analysis.render import CAUSE_NOTE, blame_steps, cause_column, shown_cause
 
     steps = blame_steps(result)
     t = Table(
@@ -218,7 +218,10 @@ def blame_table(result: AnalysisResult) -> Table:
         caption=CAUSE_NOTE,
     )
     for col in ("rank", "straggler cost / step", "simulated step", "what-if step", "top cause (per event)"):
-        t.add_column(col, justify="left" if col.startswith("top cause") else "right")
+        if col.startswith("top cause"):
+            cause_column(t, col)
+        else:
+            t.add_column(col, justify="right")
     for rec in result.stragglers:
         t.add_row(
             str(rec.rank),
