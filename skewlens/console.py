@@ -257,7 +257,9 @@ def report_console(*, stderr: bool = False) -> Console:
     console.push_render_hook(FoldFigures(console))
     columns = os.environ.get("COLUMNS", "")
     width = console.width
-    if not on_a_terminal(console) and "COLUMNS" not in os.environ:
+    if not on_a_terminal(console) and not columns.isdigit():
+        # COLUMNS that is no width (empty, `abc`, ` 60`) says nothing, as rich takes it: the report was 80
+        # columns wide, rich's default, where it is FILE_WIDTH without COLUMNS
         width = FILE_WIDTH
     elif console.is_dumb_terminal and columns.isdigit():
         # rich draws 80 columns on a dumb terminal (TERM=dumb: Emacs' shell, which sets COLUMNS to its

@@ -30,6 +30,16 @@ def test_columns_in_the_environment_still_decide_the_width(monkeypatch: pytest.M
     assert report_console(stderr=True).width == 90
 
 
+@pytest.mark.parametrize("columns", ["", "abc", "-5", " 60"])
+def test_columns_that_is_no_width_leaves_a_report_to_a_pipe_as_wide_as_without_it(
+    monkeypatch: pytest.MonkeyPatch, columns: str
+) -> None:
+    # rich ignores such a COLUMNS: the report was its 80 columns, not FILE_WIDTH
+    monkeypatch.setenv("COLUMNS", columns)
+    monkeypatch.setattr("sys.stdout", io.StringIO())
+    assert report_console().width == FILE_WIDTH
+
+
 def test_the_profile_summary_lists_32_ranks_and_one_row_per_reason_a_rank_has_no_trace(
     tmp_path: Path,
 ) -> None:
