@@ -1268,3 +1268,45 @@ def test_a_dumb_terminal_gets_no_empty_line_per_task_and_the_width_columns_says(
         assert report_console().width == columns
     monkeypatch.setenv("COLUMNS", "5")
     assert report_console().width == 20  # MIN_WIDTH, as on any terminal
+
+
+class _ReaderGone(io.StringIO):
+    """A stderr whose reader went away: every write raises BrokenPipeError."""
+
+    def write(self, s: str) -> int:
+        raise BrokenPipeError
+
+
+def test_an_error_said_to_a_stderr_whose_reader_went_away_still_exits_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `skewlens analyze RUN --out OUT 2>&1 | head -3`: the error line raised again and the exit code was 141
+    import sys
+
+    from skewlens.cli import main
+
+    monkeypatch.setattr(sys, "stderr", _ReaderGone())
+    assert main(["analyze", str(tmp_path / "nope"), "--out", str(tmp_path / "out")]) == 2
+    assert main(["analyzed"]) == 2  # an unknown command: its line and the usage
+
+
+def test_profile_s_lost_rank_error_to_a_stderr_whose_reader_went_away_still_exits_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # profile printed its lines with print(file=sys.stderr): the summary went quiet (a report console), and
+    # the warnings and error line after it raised BrokenPipeError, exit code 141 in place of 2 (and a note
+    # printed before --parquet ended the command before the export)
+    import sys
+
+    from skewlens.cli.profile import _report_not_saved
+    from skewlens.profiler.manifest import read_manifest
+    from skewlens.profiler.synth import RunBuilder
+
+    b = RunBuilder(world_size=2)
+    b.rank(0).step(1).compute("aten::mm", 1_000)
+    run = b.write(tmp_path / "run")
+    manifest = dataclasses.replace(
+        read_manifest(run), ranks=(0,), missing_ranks=(1,), notes={"rank 0 clock": "no clock offset"}
+    )
+    monkeypatch.setattr(sys, "stderr", _ReaderGone())
+    assert _report_not_saved(manifest, run, "rank 1: trace not saved: No space left on device") == 2

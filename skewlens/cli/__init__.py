@@ -150,6 +150,15 @@ def _main_flushed(argv: Sequence[str] | None) -> int:
 _HELP = ("-h", "--help", "help")
 
 
+def _say(line: str) -> None:
+    """``line`` on stderr as :func:`skewlens.console.print_stderr` writes it: a command's error line to a
+    stderr whose reader went away (``skewlens analyze RUN --out OUT 2>&1 | head -3``, a later sweep job
+    failing) raised again, and the command's exit code 2 (130 interrupted) was 141."""
+    from skewlens.console import print_stderr
+
+    print_stderr(line)
+
+
 def _main(argv: Sequence[str] | None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] and args[0] in _HELP and len(args) > 2:  # the list of commands, the words after ignored
@@ -172,29 +181,27 @@ def _main(argv: Sequence[str] | None) -> int:
     if name not in SUBCOMMANDS:
         close = difflib.get_close_matches(name, SUBCOMMANDS, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
-        print(f"skewlens: unknown command {name!r}{hint}\n\n{_usage()}", file=sys.stderr)
+        _say(f"skewlens: unknown command {name!r}{hint}\n\n{_usage()}")
         return 2
     tune_malloc()
     try:
         with sigterm_as_interrupt():
             return int(_resolve(SUBCOMMANDS[name][0])(rest) or 0)
     except SkewlensError as e:
-        from skewlens.console import printable  # a message may quote a trace's names
-
-        print(f"skewlens {name}: error: {printable(str(e))}", file=sys.stderr)
+        _say(f"skewlens {name}: error: {e}")  # printable: a message may quote a trace's names
         return 2
     except MemoryError as e:  # a run larger than the memory, or ``ulimit -v``: a numpy allocation's
-        print(f"skewlens {name}: error: {out_of_memory(e)}", file=sys.stderr)
+        _say(f"skewlens {name}: error: {out_of_memory(e)}")
         return 2
     except KeyboardInterrupt as e:  # one that says more: outputs half moved in (atomic.moving_into)
-        print(f"skewlens {name}: interrupted{f' {e}' if e.args else ''}", file=sys.stderr)
+        _say(f"skewlens {name}: interrupted{f' {e}' if e.args else ''}")
         return 130
     except UnicodeEncodeError as e:
-        from skewlens.console import printable, undecodable_name
+        from skewlens.console import undecodable_name
 
         if (why := undecodable_name(e)) is None:
             raise
-        print(f"skewlens {name}: error: {printable(why)}", file=sys.stderr)
+        _say(f"skewlens {name}: error: {why}")
         return 2
 
 

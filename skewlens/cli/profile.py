@@ -14,11 +14,11 @@ import contextlib
 import os
 import shlex
 import signal
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from skewlens.cli.options import ArgumentParser, help_text, user_path
+from skewlens.console import print_stderr
 from skewlens.paths import doc
 from skewlens.profiler.atomic import no_temp_dir
 from skewlens.profiler.capture.native import ENV_UNAVAILABLE
@@ -117,20 +117,18 @@ def main(argv: list[str]) -> int:
         else seconds_above_zero(args.clock_timeout, f"--clock-timeout {args.clock_timeout}")
     )
     if args.keep_raw and level == Level.COLLECTIVES:
-        print(
+        print_stderr(
             "skewlens profile: warning: --keep-raw: the collectives level records no torch trace to keep "
-            "(RUN_DIR/raw/ is written at --level ops and full)",
-            file=sys.stderr,
+            "(RUN_DIR/raw/ is written at --level ops and full)"
         )
     if host_trace != HostTrace.PROFILER and level != Level.FULL:
-        print(
+        print_stderr(
             f"skewlens profile: warning: --host-trace {host_trace.value}: only the full level takes operator "
-            f"schemas and tensor ids from a host trace; at --level {level.value} it changes nothing",
-            file=sys.stderr,
+            f"schemas and tensor ids from a host trace; at --level {level.value} it changes nothing"
         )
     refuse_wrapped_groups(os.environ.get(DEBUG_ENV, ""), "in skewlens profile's environment")
     if (why := no_temp_dir()) is not None:  # only the command's traceback said it (torchrun's log directory)
-        print(f"skewlens profile: warning: {why} (torchrun and torch need one)", file=sys.stderr)
+        print_stderr(f"skewlens profile: warning: {why} (torchrun and torch need one)")
     native_failure = _build_native() if level == Level.COLLECTIVES else ""
     run_dir = Path(args.out)
     created = prepare_run_dir(run_dir)
@@ -172,10 +170,9 @@ def main(argv: list[str]) -> int:
             _remove_if_empty(run_dir)
         if code != 0:
             # it said only "command exited with code 1": the run directory, removed, was looked for in vain
-            print(
+            print_stderr(
                 f"skewlens profile: {failed}command {_exited(code)}: {shlex.join(command)} "
-                f"({_none_saved(why)})",
-                file=sys.stderr,
+                f"({_none_saved(why)})"
             )
             return exit_status(code)
         if why:
@@ -187,13 +184,12 @@ def main(argv: list[str]) -> int:
             f"optimizer marks its steps with the Python API (cap.step(), {doc('docs/capture.md')})"
         )
     if OPTIONS_NOTE in manifest.notes:
-        print(f"skewlens profile: {manifest.notes[OPTIONS_NOTE]}", file=sys.stderr)
+        print_stderr(f"skewlens profile: {manifest.notes[OPTIONS_NOTE]}")
     if code != 0:
         print_capture_warnings(manifest, run_dir)
-        print(
+        print_stderr(
             f"skewlens profile: {failed}command {_exited(code)}: {shlex.join(command)}"
-            f" (traces of {_ranks(manifest.ranks)} kept in {run_dir}{_missing(manifest)})",
-            file=sys.stderr,
+            f" (traces of {_ranks(manifest.ranks)} kept in {run_dir}{_missing(manifest)})"
         )
         return exit_status(code)
     if (lost := _not_saved(manifest)) is not None:  # before --parquet, which refuses the missing rank
@@ -236,11 +232,10 @@ def _report_not_saved(manifest: Manifest, run_dir: Path, lost: str) -> int:
 
     report_console(stderr=True).print(summary_table(manifest, run_dir))
     print_capture_warnings(manifest, run_dir)
-    print(
+    print_stderr(
         f"skewlens profile: error: {lost} (the traces of {_ranks(manifest.ranks)} are kept in {run_dir}; "
         f"skewlens analyze and replay use them without {_ranks(manifest.missing_ranks)}, and "
-        f"`skewlens check {run_dir}` lists what that leaves unmatched)",
-        file=sys.stderr,
+        f"`skewlens check {run_dir}` lists what that leaves unmatched)"
     )
     return 2
 
@@ -249,14 +244,13 @@ def print_capture_warnings(manifest: Manifest, run_dir: Path, *, command: str = 
     """The warnings of the manifest's notes (data not recorded, traces cut short by the command's end), each
     in the words ``skewlens check`` uses, on stderr (the first
     :data:`~skewlens.profiler.store.render.SHOWN_ISSUES`)."""
-    from skewlens.console import printable
     from skewlens.profiler.store.issues import IssueLog, capture_note_issues
     from skewlens.profiler.store.render import issue_lines
 
     log = IssueLog()
     capture_note_issues(manifest, log)
     for line in issue_lines(log.issues, run_dir):
-        print(f"skewlens {command}: {printable(line)}", file=sys.stderr)
+        print_stderr(f"skewlens {command}: {line}")  # printable, as print_stderr writes
 
 
 def merge_main(argv: list[str]) -> int:
@@ -318,9 +312,8 @@ def _interrupted(
         kept = _none_saved(_unsaved(run_dir))
         if created:
             _remove_if_empty(run_dir)
-    print(
-        f"skewlens profile: interrupted (Ctrl-C): command {_exited(code)}: {shlex.join(command)} ({kept})",
-        file=sys.stderr,
+    print_stderr(
+        f"skewlens profile: interrupted (Ctrl-C): command {_exited(code)}: {shlex.join(command)} ({kept})"
     )
     return INTERRUPTED_STATUS
 
@@ -333,14 +326,11 @@ def _merged_elsewhere(manifest: Manifest, run_dir: Path, command: list[str], cod
         f"({_ranks(manifest.ranks)} of {manifest.world_size}{_missing(manifest)})"
     )
     if code != 0:
-        print(
-            f"skewlens profile: error: command {_exited(code)}: {shlex.join(command)} ({where})",
-            file=sys.stderr,
-        )
+        print_stderr(f"skewlens profile: error: command {_exited(code)}: {shlex.join(command)} ({where})")
         return exit_status(code)
     from skewlens.console import report_console
 
-    print(f"skewlens profile: {where}", file=sys.stderr)
+    print_stderr(f"skewlens profile: {where}")
     if (lost := _not_saved(manifest)) is not None:
         return _report_not_saved(manifest, run_dir, lost)
     report_console(stderr=True).print(summary_table(manifest, run_dir))
@@ -402,10 +392,7 @@ def _build_native() -> str:
     try:
         native.build()
     except native.NativeBuildError as e:
-        print(
-            f"skewlens profile: warning: {e}; torch's profiler will record gloo's worker events",
-            file=sys.stderr,
-        )
+        print_stderr(f"skewlens profile: warning: {e}; torch's profiler will record gloo's worker events")
         return str(e)
     return ""
 
