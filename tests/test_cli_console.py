@@ -1021,19 +1021,25 @@ def test_the_check_command_an_error_gives_for_a_run_named_with_a_leading_dash_ru
     assert main(command) == 1  # the run has errors, and check lists them
 
 
-def test_tty_compatible_asks_for_progress_bars_on_a_pipe_even_with_force_color(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(("interactive", "drawn"), [(None, True), ("0", False)])
+def test_tty_compatible_asks_for_progress_bars_on_a_pipe_even_with_force_color_unless_not_interactive(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, interactive: str | None, drawn: bool
 ) -> None:
     # rich's TTY_COMPATIBLE=1 is a request for a terminal's behaviour on a pipe: the end-to-end benchmark
-    # reads each command's stages from the bars it draws there
+    # reads each command's stages from the bars it draws there. With TTY_INTERACTIVE=0, which rich's docs
+    # pair with it for a CI log in colour, no bar: each task of a load wrote '\x1b[?25l\x1b[?25h' and a
+    # newline into the log
     from skewlens.profiler.store.load import load_run
     from skewlens.rich_progress import RichProgress
 
     monkeypatch.setenv("FORCE_COLOR", "1")
     monkeypatch.setenv("TTY_COMPATIBLE", "1")
+    if interactive is not None:
+        monkeypatch.setenv("TTY_INTERACTIVE", interactive)
     err = io.StringIO()
     load_run(_named_run(tmp_path, "aten::mm"), progress=RichProgress(Console(file=err, width=100)))
-    assert "loading" in err.getvalue()
+    assert ("loading" in err.getvalue()) == drawn
+    assert drawn or err.getvalue() == ""
 
 
 def test_no_bar_is_made_off_a_terminal_so_a_rich_that_ends_a_disabled_bar_with_an_empty_line_prints_none(
