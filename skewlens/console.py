@@ -217,11 +217,31 @@ class FoldFigures(RenderHook):
             self._fold(renderable)
         return renderables
 
+    def _starved(self, table: Table) -> bool:
+        """Whether rich would draw a column of ``table`` with no room for a character at the console's
+        width, its columns that may not wrap taking it all: at 40 columns the worst collectives showed
+        their names and six empty columns (no step, bytes, skew, wait, rank or cause), and calibrate's fit
+        table, at 40, its fits' names and no figure at all. Such a table's columns may all wrap, and fold
+        what does not fit (names too), so that nothing is lost. Rich's own sizing (private, so a rich
+        without it changes nothing)."""
+        if not any(column.no_wrap for column in table.columns):
+            return False
+        try:
+            width = (table.width or self.console.width) - table._extra_width
+            widths = table._calculate_column_widths(self.console, self.console.options.update_width(width))
+            return any(w <= table._get_padding_width(i) for i, w in enumerate(widths))
+        except AttributeError:
+            return False
+
     def _fold(self, renderable: object) -> None:
         if isinstance(renderable, Group):
             for inner in renderable.renderables:
                 self._fold(inner)
         elif isinstance(renderable, Table):
+            if self._starved(renderable):
+                for column in renderable.columns:
+                    if column.no_wrap:  # the names too: folded whole, the row's name as its figures
+                        column.no_wrap, column.overflow = False, "fold"
             for column in renderable.columns:
                 # a column that may not wrap keeps its ellipsis: folded, rich cut it without a mark
                 if column.justify == "right" and column.overflow == "ellipsis" and not column.no_wrap:

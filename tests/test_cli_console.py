@@ -614,18 +614,25 @@ def test_a_table_too_wide_for_the_terminal_folds_its_figures_instead_of_cutting_
     assert lines[1] == "┃ alp… ┃ bra… ┃ char… ┃ del… ┃"  # headers cut on their one line, not folded
 
 
-def test_a_figure_in_a_column_that_may_not_wrap_is_cut_with_an_ellipsis_never_silently(
+def test_a_figure_in_a_column_that_may_not_wrap_is_never_cut_silently(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # the GPU kernels' and critical path's figures are no_wrap: folding made rich cut them without a mark,
-    # 65.9 % as `65.` and 1,234,567.89 ms as `1,234,567.`, a figure that reads as whole
+    # 65.9 % as `65.` and 1,234,567.89 ms as `1,234,567.`, a figure that reads as whole. At 26 columns they
+    # were cut with an ellipsis (`1,234,567…`, `65…`) and the kernel column was gone: there, rich leaving a
+    # column no room, they fold whole
     t = Table()
     t.add_column("kernel", max_width=20)
     for header in ("kind", "ms / step", "%"):
         t.add_column(header, justify="right", no_wrap=True)
     t.add_row("ncclDevKernel_SendRecv", "nccl", "1,234,567.89", "65.9")
-    (row,) = [line for line in _printed(monkeypatch, t, 26) if line.startswith("│")]
-    assert [c.strip() for c in row.split("│")[2:-1]] == ["n…", "1,234,567…", "65…"]
+    rows = [line.split("│")[1:-1] for line in _printed(monkeypatch, t, 26) if line.startswith("│")]
+    assert rows[0][0].strip() == "nc…"
+    assert ["".join(c.strip() for c in column) for column in zip(*rows, strict=True)][1:] == [
+        "nccl",
+        "1,234,567.89",
+        "65.9",
+    ]
 
 
 def test_every_c0_and_c1_control_but_tab_and_newline_prints_as_a_replacement_and_rich_controls_pass() -> None:
@@ -1316,3 +1323,28 @@ def test_profile_s_lost_rank_error_to_a_stderr_whose_reader_went_away_still_exit
     )
     monkeypatch.setattr(sys, "stderr", _ReaderGone())
     assert _report_not_saved(manifest, run, "rank 1: trace not saved: No space left on device") == 2
+
+
+def test_a_table_whose_unwrapped_names_leave_its_figures_no_room_folds_them_all_and_loses_nothing() -> None:
+    # at 40 columns the worst collectives were their names beside six empty columns, and calibrate's fit
+    # table its fits' names and no figure: rich gave the columns that may not wrap all the room
+    out = io.StringIO()
+    console = report_console()
+    console.file, console.width = out, 40
+    table = Table("step", "collective", "bytes", "skew ms", "late", "blamed")
+    table.columns[1].no_wrap = True
+    for column in (table.columns[0], *table.columns[2:]):
+        column.justify = "right"
+    row = ("12", "all_reduce 0#1234", "3.0 MiB", "1,284.323", "3", "2")
+    table.add_row(*row)
+    console.print(table)
+    lines = [ln.split("│")[1:-1] for ln in out.getvalue().splitlines() if ln.startswith("│")]
+    assert ["".join("".join(c.split()) for c in column) for column in zip(*lines, strict=True)] == [
+        cell.replace(" ", "") for cell in row
+    ]
+    # where the names leave room, they stay on their one line
+    out.seek(0)
+    out.truncate()
+    console.width = 80
+    console.print(table)
+    assert "│ all_reduce 0#1234 │" in out.getvalue()
