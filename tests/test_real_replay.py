@@ -318,7 +318,7 @@ def test_the_real_replays_table_says_recorded_as_the_simulated_ones_and_which_ou
     table = render_comparison(result, {0: 10 * MS})
     assert table.title == "Step time per rank: recorded vs real replay (gloo) vs simulated"
     assert [c.header for c in table.columns][2] == "recorded ms"
-    assert table.caption == f"Δ: against the recorded step time; real replay captured in {tmp_path / 'run'}"
+    assert table.caption == "Δ: against the recorded step time; real replay captured in run/ (below)"
     assert outputs_line(result, ["timeline.parquet", "summary.parquet"]) == (
         f"outputs in {tmp_path}: timeline.parquet, summary.parquet: the simulated replay; run/: the real "
         f"replay, captured as a run (skewlens analyze {tmp_path / 'run'}); real/: its plan, logs and each "
@@ -2663,3 +2663,20 @@ def test_a_send_and_a_recv_issued_inside_a_host_op_are_issued_during_it(tmp_path
         op = next(o for o in ops if o.name == "FSDP::all_gather (0)")
         (pair,) = [o.row for o in ops if o.kind == kind]
         assert op.issues_inside == (pair,), r
+
+
+def test_the_real_replays_table_breaks_no_long_path_over_two_lines_in_a_wide_log(tmp_path: Path) -> None:
+    # its caption named OUT/run, wrapped to the table's 60 columns: in a CI log 160 wide a long path was
+    # broken in the middle ("/tmp/.../a_long_directory_na" / "me/run"), which a copy then held
+    out = tmp_path / ("a_long_directory_name_of_the_replays_outputs_" * 2)
+    result = RealReplayResult(
+        run_dir=out / "run",
+        out_dir=out,
+        backend="gloo",
+        ranks=(RankStepTimes(rank=0, steps=(0,), original_ns=(10 * MS,), replay_ns=(11 * MS,)),),
+    )
+    console = Console(file=io.StringIO(), width=160)
+    console.print(render_comparison(result, {0: 10 * MS}))
+    text = console.file.getvalue()  # type: ignore[attr-defined]
+    assert "a_long_directory" not in text
+    assert "real replay captured in run/ (below)" in " ".join(text.split())

@@ -41,7 +41,9 @@ def render_comparison(result: RealReplayResult, simulated: Mapping[int, int]) ->
             ms_or_dash(sim),
             _delta(sim, orig),
         )
-    table.caption = f"Δ: against the recorded step time; real replay captured in {result.run_dir}"
+    # the run's path is the outputs line's, printed whole on a line of its own: in the caption, wrapped to
+    # the table's width (60 columns), a long one was broken over two lines in a CI log 160 wide
+    table.caption = f"Δ: against the recorded step time; real replay captured in {REAL_RUN_DIR}/ (below)"
     return table
 
 
