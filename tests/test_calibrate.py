@@ -7,6 +7,7 @@ import importlib.util
 import math
 import os
 import random
+import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -430,7 +431,7 @@ def test_a_fit_that_explains_little_is_written_with_a_warning_that_replays_on_it
     ]
     assert out.is_file()
     printed = " ".join(said.out.split())
-    assert "│ 10000 │" in said.out and "e+0" not in said.out  # MAX_BANDWIDTH_GBPS, in plain digits
+    assert re.search(r"│ +10000 │", said.out) and "e+0" not in said.out  # MAX_BANDWIDTH_GBPS, in plain digits
     assert "bold" not in printed
     assert (
         "above the line: per link class, written to the topology; below it: per group and type, each "
@@ -741,3 +742,16 @@ def test_an_empty_all_reduce_is_no_transfer_to_fit_and_an_empty_broadcast_is(tmp
         b.rank(r).collective(CommType.BROADCAST, comm_bytes=0, dur_ns=7_000, start_ns=60_000)
     (t,), skipped = recorded_transfers(load_validated(b.write(tmp_path / "run")))
     assert (t.comm_type, t.transfer_ns, skipped) == (CommType.BROADCAST, 7_000, 1)
+
+
+def test_the_fit_tables_title_names_a_long_run_path_on_one_line_in_a_wide_log(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # rich wrapped the title to the table's 80 columns: in a CI log 160 wide the run's path was broken in
+    # two ('.../a_rather_long_run_directory_name_for_the_demo' / '_run_x: 55 transfers')
+    deep = tmp_path / ("a_run_directory_name_longer_than_the_fit_table_" * 2)
+    run_dir = _run_with_an_untraced_group(deep)
+    monkeypatch.setenv("COLUMNS", "200")
+    assert skewlens_main(["calibrate", str(run_dir), "--out", str(tmp_path / "c.yaml"), "--no-progress"]) == 0
+    title = next(line for line in capsys.readouterr().out.splitlines() if "Calibration" in line)
+    assert f"from {run_dir}: " in title

@@ -123,10 +123,8 @@ def calibration_table(cal: Calibration) -> Table:
         notes.append(f"[{len(notes) + 1}] {f.label}: {f.note}")
         return f" [{len(notes)}]"
 
-    t = Table(
-        title=f"Calibration ({cal.algorithm}) from {cal.run_dir}: {len(cal.transfers)} transfers",
-        collapse_padding=True,
-    )
+    title = f"Calibration ({cal.algorithm}) from {cal.run_dir}: {len(cal.transfers)} transfers"
+    t = Table(title=title, collapse_padding=True, min_width=len(title))  # narrower, it wrapped a path in two
     for col, just in (
         ("fit", "left"),
         ("n", "right"),
