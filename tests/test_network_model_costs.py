@@ -689,6 +689,18 @@ def test_an_all_to_all_of_two_nodes_whose_messages_stay_inside_each_node_pays_on
     )
 
 
+def _two_levels(inner: tuple[str, int], outer: tuple[str, int]) -> Topology:
+    """Nodes of ``inner`` (its kind and size: 200 GB/s, 300 ns) on ``outer`` (its kind and size: ``BW``,
+    ``ALPHA``)."""
+    return Topology(
+        name="n",
+        dims=(
+            Dimension(kind=inner[0], size=inner[1], bandwidth_gbps=200.0, latency_ns=300),
+            Dimension(kind=outer[0], size=outer[1], bandwidth_gbps=BW, latency_ns=ALPHA),
+        ),
+    )
+
+
 def _one_switch() -> Topology:
     return Topology(name="f", dims=(Dimension(kind="switch", size=0, bandwidth_gbps=BW, latency_ns=ALPHA),))
 
@@ -908,13 +920,7 @@ def test_a_ring_algorithm_on_a_group_that_leaves_units_of_a_ring_out_pays_its_wi
     # a group filling the ring: its neighbours, one hop
     assert ring6.collective_time_ns(CommType.ALL_REDUCE, S, range(6)) == round(2 * 5 * (ALPHA + S / (6 * BW)))
     # nodes on a ring of nodes (a switch inside each): ranks on nodes 0 and 2 of 4 are 2 hops apart
-    nodes = Topology(
-        name="n",
-        dims=(
-            Dimension(kind="switch", size=2, bandwidth_gbps=200.0, latency_ns=300),
-            Dimension(kind="ring", size=4, bandwidth_gbps=BW, latency_ns=ALPHA),
-        ),
-    )
+    nodes = _two_levels(("switch", 2), ("ring", 4))
     got = ModelTiming(nodes, algorithm="ring").collective_time_ns(CommType.ALL_REDUCE, S, (0, 1, 4, 5))
     assert got == round(2 * 3 * (2 * ALPHA + S / (4 * BW)))
 
@@ -922,13 +928,7 @@ def test_a_ring_algorithm_on_a_group_that_leaves_units_of_a_ring_out_pays_its_wi
 def test_a_hierarchical_all_reduce_over_nodes_apart_round_a_ring_pays_their_gap_between_nodes() -> None:
     # nodes of 2 on a ring of 4 nodes; ranks 0, 1 (node 0) and 4, 5 (node 2): the inter-node rings step 2
     # hops, the intra-node phases one switch latency. Before, one ring α whatever the nodes' distance
-    nodes = Topology(
-        name="n",
-        dims=(
-            Dimension(kind="switch", size=2, bandwidth_gbps=200.0, latency_ns=300),
-            Dimension(kind="ring", size=4, bandwidth_gbps=BW, latency_ns=ALPHA),
-        ),
-    )
+    nodes = _two_levels(("switch", 2), ("ring", 4))
     timing = ModelTiming(nodes, algorithm="hierarchical")
     intra = 300 + S / (2 * 200.0)
     inter = 2 * ALPHA + S / (2 * 2 * BW)
@@ -991,3 +991,17 @@ def test_each_way_a_halving_reduce_scatter_not_a_power_of_two_is_costed_agrees_o
     across = ModelTiming(two, algorithm="halving_doubling")
     assert across.collective_time_ns(CommType.REDUCE_SCATTER, big, range(6)) == round(want[6])
     assert across.collective_time_ns(CommType.REDUCE_SCATTER, big, (0, 1, 3, 4, 5)) == round(want[5])
+
+
+def test_a_hierarchical_all_reduce_whose_members_leave_units_of_a_ring_inside_a_node_out_pays_their_gap() -> (
+    None
+):
+    # a ring of 4 inside each node, nodes on a switch; ranks 0, 2 (node 0) and 4, 6 (node 1): the intra-node
+    # rings step 2 hops round the ring of 4, as the inter-node ones pay their gap round a ring of nodes
+    timing = ModelTiming(_two_levels(("ring", 4), ("switch", 2)), algorithm="hierarchical")
+    inter = ALPHA + S / (2 * 2 * BW)
+    apart = 2 * 300 + S / (2 * 200.0)
+    assert timing.collective_time_ns(CommType.ALL_REDUCE, S, (0, 2, 4, 6)) == round(2 * apart + 2 * inter)
+    # neighbours round the ring: one hop
+    near = 300 + S / (2 * 200.0)
+    assert timing.collective_time_ns(CommType.ALL_REDUCE, S, (0, 1, 4, 5)) == round(2 * near + 2 * inter)
