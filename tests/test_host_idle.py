@@ -285,6 +285,23 @@ def test_analyze_names_the_host_idle_replay_at_every_step_where_the_rank_idled_n
     assert what_if_step_times(run, tmp_path, rank=0) == {s: t - gaps.get(s, 0) for s, t in base.items()}
 
 
+def test_analyze_names_one_host_idle_item_for_consecutive_steps_where_the_rank_idled(tmp_path: Path) -> None:
+    # rank 1 idles at steps 1 and 2: one run of steps, an entries item from step 1 to step 2 (the preset's
+    # slowdown.step takes one step), and the replay pasted takes both gaps away
+    gaps = {1: GAP_NS, 2: 3_000_000}
+
+    def work(rb: RankBuilder, r: int, s: int, t: int) -> int:
+        rb.compute("aten::mm", dur_ns=2_000_000, start_ns=t)
+        return t + 2_000_000 + (gaps.get(s, 0) if r == 1 else 0)
+
+    run = two_rank_run(tmp_path, work, "collectives")
+    (line,) = replay_lines(printed_stragglers(analyze_run(run), 80))
+    item = "{kind:host_idle,ranks:[1],first_step:1,last_step:2,factor:0}"
+    assert line.endswith(f" out=OUT 'slowdown.entries=[{item}]'"), line
+    base = simulate(run).step_times()
+    assert what_if_step_times(run, tmp_path, rank=0) == {s: t - gaps.get(s, 0) for s, t in base.items()}
+
+
 def what_if_step_times(run: RunTrace, tmp_path: Path, *, rank: int) -> dict[int, int]:
     """Rank ``rank``'s step times in the replay printed under ``run``'s stragglers table at 80 columns, as
     a user pastes it: the one line, split as a shell splits it, with ``OUT`` replaced (into ``tmp_path /

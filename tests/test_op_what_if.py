@@ -209,6 +209,19 @@ def test_analyze_names_the_op_replay_at_every_step_where_a_recurring_scope_stall
     assert what_if_step_times(run, tmp_path, rank=1) == {s: t - stalls.get(s, 0) for s, t in base.items()}
 
 
+def test_analyze_names_no_step_where_the_scope_made_its_peers_wait_under_a_tenth_of_the_median_step(
+    tmp_path: Path,
+) -> None:
+    # rank 1's checkpoint stalls 1.5 ms at step 1 and 0.2 ms at step 3: step 3 holds over a tenth of the
+    # wait (0.17 ms) but under a tenth of the median simulated step (over 2.1 ms: a 0.1 ms fetch and a 2 ms
+    # mm), a one-off's least: the replay names step 1 alone
+    run = _scopes_run(tmp_path, "checkpoint", FETCH_NS, {1: 1_500_000, 3: 200_000})
+    item = '{kind:op,ranks:[1],first_step:1,last_step:1,factor:0,pattern:"checkpoint"}'
+    assert f"skewlens replay trace={tmp_path / 'run'} out=OUT 'slowdown.entries=[{item}]'" in stragglers_text(
+        run
+    )
+
+
 @pytest.mark.parametrize(
     ("waits", "steps", "windows"),
     [
@@ -221,6 +234,16 @@ def test_analyze_names_the_op_replay_at_every_step_where_a_recurring_scope_stall
         # over 4 runs: the worst where it holds over half, else every step
         ({0: 30, 2: 1, 4: 1, 6: 1, 8: 1, 10: 1}, 12, ((0, 0),)),
         ({0: 5, 2: 5, 4: 5, 6: 5, 8: 5}, 12, ()),
+        # the bounds are kept: a step at the floor (1) or at a tenth of the wait is named, 4 runs are
+        # named, and over 4 the worst holding half (not over half) is not named alone
+        ({1: 8, 3: 1}, 4, ((1, 1), (3, 3))),
+        ({1: 18, 3: 2}, 4, ((1, 1), (3, 3))),
+        ({0: 5, 2: 5, 4: 5, 6: 5}, 12, ((0, 0), (2, 2), (4, 4), (6, 6))),
+        ({0: 5, 2: 1, 4: 1, 6: 1, 8: 1, 10: 1}, 12, ()),
+        # a step between a tenth and a fifth of the wait is named
+        ({1: 8, 3: 1.5}, 4, ((1, 1), (3, 3))),
+        # the worst step under the floor is named still (it holds most of the wait)
+        ({1: 0.8, 3: 0.3}, 4, ((1, 1),)),
     ],
 )
 def test_a_what_if_names_the_runs_of_steps_where_the_rank_made_its_peers_wait_a_floor_or_more(
@@ -337,3 +360,28 @@ def test_analyze_names_no_op_replay_for_an_autograd_node_that_grew(tmp_path: Pat
     text = stragglers_text(two_rank_run(tmp_path, work, "ops"))
     assert f"compute grew: {name} +" in text
     assert "its scope" not in text and "kind:op" not in text
+
+
+def test_a_caption_with_several_what_ifs_names_each_ones_replay_by_its_place_under_the_table() -> None:
+    # the replays are printed under the table in the notes' order: with two, "the replay" would not say
+    # which line is whose
+    from rich.table import Table
+
+    from skewlens.analysis.render import WhatIf, _what_ifs_said
+
+    t = Table(caption="stragglers")
+    notes = [
+        WhatIf("rank 1 made its peers wait for A", ("x=1",)),
+        WhatIf("rank 2 made its peers wait for B", ()),
+    ]
+    assert _what_ifs_said(t, notes) == notes
+    assert t.caption == (
+        "stragglers"
+        "\nrank 1 made its peers wait for A; what if it were gone: replay 1 of those under the table"
+        "\nrank 2 made its peers wait for B; what if it were gone: replay 2 of those under the table"
+    )
+    one = Table(caption="stragglers")
+    _what_ifs_said(one, notes[:1])
+    assert one.caption == (
+        "stragglers\nrank 1 made its peers wait for A; what if it were gone: the replay under the table"
+    )
