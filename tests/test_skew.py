@@ -219,6 +219,21 @@ def test_a_cause_names_an_op_once_where_the_autograd_engine_and_its_node_both_gr
     ]
 
 
+def test_a_ranks_top_cause_names_an_op_two_events_read_alike_by_the_name_whose_growth_weighs_most() -> None:
+    # one event's cause grew the node (10 ms), a later one's the engine's evaluate_function around it
+    # (30 ms), each with 30 ms of wait: one label, named (blame.parquet's cause_op) by the engine's name,
+    # whose growth times wait is the larger, with the mean growth (30 x 10 + 30 x 30) / 60 = 20 ms
+    from skewlens.analysis.skew import AUTOGRAD_PREFIX, Cause, _summarise
+
+    def event(seq: int, name: str, grew_ms: int) -> SkewEvent:
+        c = Cause(kind=CauseKind.COMPUTE, delta_ns=grew_ms * MS, op=name, ops=((name, grew_ms * MS),))
+        return _late_rank_1_event(seq, "all_reduce", late_ms=30, exposed_ms=30, cause=c)
+
+    engine = f"{AUTOGRAD_PREFIX}MmBackward0"
+    top = _summarise([event(0, "MmBackward0", 10), event(1, engine, 30)]).top_cause_in()[1]
+    assert (top.op, top.ops) == (engine, ((engine, 20 * MS),))
+
+
 def test_a_ranks_top_cause_is_of_the_wait_it_caused_with_a_known_cause_and_clocks_that_agree() -> None:
     # rank 1 caused 10 ms of wait by compute, 40 ms at a collective whose clocks contradict each other and
     # 50 ms of no measurable cause: its top cause is the compute; a late arrival that made no one wait
