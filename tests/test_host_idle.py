@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import shlex
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -298,6 +299,27 @@ def test_analyze_names_one_host_idle_item_for_consecutive_steps_where_the_rank_i
     (line,) = replay_lines(printed_stragglers(analyze_run(run), 80))
     item = "{kind:host_idle,ranks:[1],first_step:1,last_step:2,factor:0}"
     assert line.endswith(f" out=OUT 'slowdown.entries=[{item}]'"), line
+    base = simulate(run).step_times()
+    assert what_if_step_times(run, tmp_path, rank=0) == {s: t - gaps.get(s, 0) for s, t in base.items()}
+
+
+def test_a_step_of_a_job_of_many_short_steps_is_named_where_the_rank_idled_a_tenth_of_the_median_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 24 steps of 0.31 ms (10 us of compute, the all_reduce 0.3 ms): rank 1 idles 400 us at step 2 and 50 us
+    # at step 5. A step is named from a tenth of the median step (31 us) and of the wait (45 us); the least
+    # wait the note is given for at all, 5 us a step (120 us), is no step's floor: both steps are named
+    monkeypatch.setattr(sys.modules[__name__], "STEPS", 24)
+    gaps = {2: 400_000, 5: 50_000}
+
+    def work(rb: RankBuilder, r: int, s: int, t: int) -> int:
+        rb.compute("aten::mm", dur_ns=10_000, start_ns=t)
+        return t + 10_000 + (gaps.get(s, 0) if r == 1 else 0)
+
+    run = two_rank_run(tmp_path, work, "collectives")
+    (line,) = replay_lines(printed_stragglers(analyze_run(run), 80))
+    items = ", ".join(f"{{kind:host_idle,ranks:[1],first_step:{s},last_step:{s},factor:0}}" for s in gaps)
+    assert line.endswith(f" out=OUT 'slowdown.entries=[{items}]'"), line
     base = simulate(run).step_times()
     assert what_if_step_times(run, tmp_path, rank=0) == {s: t - gaps.get(s, 0) for s, t in base.items()}
 
