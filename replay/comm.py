@@ -521,16 +521,25 @@ class ModelTiming:
         (the ring ordered by topology, as NCCL orders it, not by rank), so that a group that leaves units out
         pays the widest gap between its units by the shortest way (the dp pair 0 and 3 of a 2 x 3 mesh on a
         ring of 6: 3 hops, where one was charged, and a message between the two 3); on a group filling the
-        ring, one hop. Elsewhere none: one hop (a ring through a torus goes to a neighbour on one of them)."""
+        ring, one hop. Elsewhere none: one hop (a ring through a torus goes to a neighbour on one of them).
+        A ring inside each unit of the dimensions outside it (a ring of GPUs in each node) is each node's: the
+        gaps are those between a node's own members (ranks 0, 2 and 5, 7 of two nodes of a ring of 4: 2 hops
+        in each, where the units the nodes hold together, 0 to 3, fill the ring and were charged one)."""
         rings = self._ring_dims(self._spanned(members))
         if len(rings) != 1:
             return ()
         (d,) = rings
-        at: dict[int, int] = {}
+        # outer position -> unit on the ring -> its first member
+        at: dict[tuple[int, ...], dict[int, int]] = {}
         for r in members:
-            at.setdefault(self.topology.coords(r)[d], r)
-        units = sorted(at)
-        return tuple((at[a], at[b], 0.0) for a, b in zip(units, units[1:] + units[:1], strict=True))
+            c = self.topology.coords(r)
+            at.setdefault(c[d + 1 :], {}).setdefault(c[d], r)
+        order = [(on, sorted(on)) for on in at.values()]
+        return tuple(
+            (on[a], on[b], 0.0)
+            for on, units in order
+            for a, b in zip(units, units[1:] + units[:1], strict=True)
+        )
 
     def _ring_dims(self, dims: tuple[int, ...]) -> tuple[int, ...]:
         """The ``ring`` dimensions among ``dims``."""

@@ -1005,3 +1005,22 @@ def test_a_hierarchical_all_reduce_whose_members_leave_units_of_a_ring_inside_a_
     # neighbours round the ring: one hop
     near = 300 + S / (2 * 200.0)
     assert timing.collective_time_ns(CommType.ALL_REDUCE, S, (0, 1, 4, 5)) == round(2 * near + 2 * inter)
+
+
+def test_a_ring_inside_each_node_pays_the_gap_between_the_nodes_own_members() -> None:
+    # ranks 0, 2 (node 0, units 0 and 2 of its ring of 4) and 5, 7 (node 1, units 1 and 3): 2 hops apart in
+    # each node, as 0, 2, 4, 6 are. Before, the units the two nodes hold together (0 to 3) filled the ring
+    # and its steps were charged one hop, as neighbours 0, 1, 4, 5 are
+    topo = _two_levels(("ring", 4), ("switch", 2))
+    hierarchical = ModelTiming(topo, algorithm="hierarchical")
+    inter = ALPHA + S / (2 * 2 * BW)
+    apart = 2 * 300 + S / (2 * 200.0)
+    assert hierarchical.collective_time_ns(CommType.ALL_REDUCE, S, (0, 2, 5, 7)) == round(
+        2 * apart + 2 * inter
+    )
+    # the ring algorithm over both nodes: each of its 2(p - 1) steps as long as its widest gap, 2 hops (the
+    # slower dimension's α, the slower bandwidth)
+    ring = ModelTiming(topo, algorithm="ring")
+    got = ring.collective_time_ns(CommType.ALL_REDUCE, S, (0, 2, 5, 7))
+    assert got == ring.collective_time_ns(CommType.ALL_REDUCE, S, (0, 2, 4, 6))
+    assert got == round(2 * 3 * (2 * ALPHA + S / (4 * BW)))
