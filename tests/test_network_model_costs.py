@@ -1024,3 +1024,7 @@ def test_a_ring_inside_each_node_pays_the_gap_between_the_nodes_own_members() ->
     got = ring.collective_time_ns(CommType.ALL_REDUCE, S, (0, 2, 5, 7))
     assert got == ring.collective_time_ns(CommType.ALL_REDUCE, S, (0, 2, 4, 6))
     assert got == round(2 * 3 * (2 * ALPHA + S / (4 * BW)))
+    # a ring of nodes (the outermost dimension) is one ring, whichever slot of a node each member holds:
+    # ranks 0 (slot 0 of node 0) and 5 (slot 1 of node 2) are 2 hops apart
+    pair = ModelTiming(_two_levels(("switch", 2), ("ring", 4)), algorithm="ring")
+    assert pair.collective_time_ns(CommType.ALL_REDUCE, S, (0, 5)) == round(2 * (2 * ALPHA + S / (2 * BW)))
