@@ -1028,3 +1028,14 @@ def test_a_ring_inside_each_node_pays_the_gap_between_the_nodes_own_members() ->
     # ranks 0 (slot 0 of node 0) and 5 (slot 1 of node 2) are 2 hops apart
     pair = ModelTiming(_two_levels(("switch", 2), ("ring", 4)), algorithm="ring")
     assert pair.collective_time_ns(CommType.ALL_REDUCE, S, (0, 5)) == round(2 * (2 * ALPHA + S / (2 * BW)))
+
+
+def test_a_ring_of_nodes_is_ordered_by_the_nodes_not_by_rank_under_a_round_robin_placement() -> None:
+    # round robin: rank r on node r % 4, so ranks 0, 2, 5, 7 are on nodes 0, 2, 1, 3: the ring of nodes is
+    # filled, its steps to neighbours, one hop; in rank order the ring would go 0, 2, 1, 3, 2 hops a step
+    dims = _two_levels(("switch", 2), ("ring", 4)).dims
+    rr = ModelTiming(Topology(name="rr", dims=dims, placement="round_robin"), algorithm="ring")
+    assert [rr.topology.coords(r)[1] for r in (0, 2, 5, 7)] == [0, 2, 1, 3]
+    assert rr.collective_time_ns(CommType.ALL_REDUCE, S, (0, 2, 5, 7)) == round(
+        2 * 3 * (ALPHA + S / (4 * BW))
+    )
