@@ -159,6 +159,12 @@ def test_a_hierarchical_collective_over_three_levels_pays_the_outer_level_whose_
     intra = (p0 - 1) * (300 + S / (p0 * 200.0))
     phase = (p1 - 1) * 5_000 + (4 / 32) * S / 10.0
     assert got == round(2 * intra + 2 * phase)
+    # ranks 0, 1 (node 0, rack 0) and 4, 5 (node 2, rack 1) span the nodes and the racks, not the pairs of
+    # nodes: 2 nodes of 2, the racks' links carrying (4 - 2)/(4 x 2) of S, the racks' latency
+    pair = ModelTiming(topo, algorithm="hierarchical").collective_time_ns(
+        CommType.ALL_REDUCE, S, (0, 1, 4, 5)
+    )
+    assert pair == round(2 * intra + 2 * (5_000 + (2 / 8) * S / 10.0))
 
 
 def test_under_contention_a_group_shares_the_links_of_every_member_not_only_its_first(tmp_path: Path) -> None:
