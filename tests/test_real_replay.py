@@ -814,20 +814,25 @@ def test_a_gathers_root_arriving_last_in_a_pass_lets_a_member_waiting_for_it_go_
     assert _stuck(b, tmp_path / "run") is None
 
 
-@pytest.mark.parametrize(("stuck", "root"), [(0, 2), (2, 0)])
+@pytest.mark.parametrize(
+    ("stuck", "root", "kind"),
+    [(0, 2, CommType.BROADCAST), (2, 0, CommType.BROADCAST), (2, 0, CommType.GATHER)],
+    ids=["broadcast", "root-first", "gather"],
+)
 def test_a_deadlocked_broadcast_receiver_is_said_to_wait_for_its_root_not_for_every_member(
-    tmp_path: Path, stuck: int, root: int
+    tmp_path: Path, stuck: int, root: int, kind: CommType
 ) -> None:
     # rank 0 receives rank 2's broadcast (its thread waits in it), then all-reduces with rank 1 (group s)
     # and rank 2 (group q); ranks 1 and 2 all-reduce with it first (gloo's stream, their main threads wait)
     # and broadcast on another thread (stream 7) meanwhile. On one thread per rank rank 0 waits for the root,
     # rank 2, alone: rank 1's arrival would not let it go on, and the refusal names rank 2 only. Then ranks
     # 0 and 2 swapped: the root is the group's first member (waits_for 0, not every member), and rank 2,
-    # member 1 of s and of q, is named by its rank, not its place in them
+    # member 1 of s and of q, is named by its rank, not its place in them. A gather's member waits for its
+    # root alone too (the root, for every member: its own rule, not its member's)
     b = RunBuilder(3, groups={"0": (0, 1, 2), "bc": (0, 1, 2), "q": (0, 2), "s": tuple(sorted((stuck, 1)))})
     wait = sorted(WAIT_NODE_NAMES)[0]
     rs = b.rank(stuck).step(0)
-    bc = rs.collective(CommType.BROADCAST, 1024, int(3.1 * MS), pg="bc", root=root, start_ns=0)
+    bc = rs.collective(kind, 1024, int(3.1 * MS), pg="bc", root=root, start_ns=0)
     rs.compute("aten::add", MS // 10, deps=(bc,))
     for g, at in (("s", 4 * MS), ("q", int(4.2 * MS))):
         c = rs.collective(CommType.ALL_REDUCE, 1024, MS // 10, pg=g, start_ns=at)
@@ -837,11 +842,9 @@ def test_a_deadlocked_broadcast_receiver_is_said_to_wait_for_its_root_not_for_ev
         ar = rb.collective(CommType.ALL_REDUCE, 1024, int(4.3 * MS) - at, pg=g, start_ns=at, stream=1000)
         rb.compute(wait, int(4.3 * MS) - at, start_ns=at + MS // 10, deps=(ar,))
         bc_at = 2 * MS if r == 1 else 3 * MS
-        rb.collective(
-            CommType.BROADCAST, 1024, int(3.1 * MS) - bc_at, pg="bc", root=root, start_ns=bc_at, stream=7
-        )
+        rb.collective(kind, 1024, int(3.1 * MS) - bc_at, pg="bc", root=root, start_ns=bc_at, stream=7)
     said = {
-        stuck: f"broadcast group 'bc' seq 0 (node 1) of stream 0, which rank(s) {root}",
+        stuck: f"{kind.name.lower()} group 'bc' seq 0 (node 1) of stream 0, which rank(s) {root}",
         1: f"all_reduce group 's' seq 0 (node 1) of stream 1000, which rank(s) {stuck}",
         root: f"all_reduce group 'q' seq 0 (node 1) of stream 1000, which rank(s) {stuck}",
     }
