@@ -463,8 +463,9 @@ def _what_if_steps(by_step: Mapping[int, int], floor: float, steps: int) -> tupl
     """The runs of consecutive steps (first, last) that a what-if of :func:`what_if_notes` takes the thing
     away at: every step where it made the rank's peers wait ``floor`` (a one-off's least) and
     :data:`WHAT_IF_STEP_SHARE` of the wait or more (the step holding most of it always), runs of consecutive
-    ones merged. None (every step) where those are every one of the ``steps``, or hold under
-    :data:`UNEVEN_WAIT_SHARE` of the wait (it is spread over many steps); over :data:`WHAT_IF_STEPS` runs,
+    ones merged. None (every step) where those are every one of the ``steps``, or hold no more than
+    :data:`UNEVEN_WAIT_SHARE` of the wait (it is spread over many steps; two tied steps under the floor, the
+    first named alone, held exactly half: over half, as the rule below says); over :data:`WHAT_IF_STEPS` runs,
     the rule before: the one step holding over :data:`UNEVEN_WAIT_SHARE` of the wait, else none (a scope in
     every step, a data loader's, is not taken away at every step where it stalled at some). Before, that
     rule was the only one: a checkpoint rank 0 wrote every 3rd step while its peers waited at a barrier, 62%
@@ -480,7 +481,7 @@ def _what_if_steps(by_step: Mapping[int, int], floor: float, steps: int) -> tupl
             runs[-1] = (runs[-1][0], s)
         else:
             runs.append((s, s))
-    if len(held) >= steps or sum(by_step[s] for s in held) < UNEVEN_WAIT_SHARE * total:
+    if len(held) >= steps or sum(by_step[s] for s in held) <= UNEVEN_WAIT_SHARE * total:
         return ()
     if len(runs) > WHAT_IF_STEPS:
         return ((worst, worst),) if by_step[worst] > UNEVEN_WAIT_SHARE * total else ()

@@ -245,6 +245,9 @@ def test_analyze_names_no_step_where_the_scope_made_its_peers_wait_under_a_tenth
         ({1: 8, 3: 1.5}, 4, ((1, 1), (3, 3))),
         # the worst step under the floor is named still (it holds most of the wait)
         ({1: 0.8, 3: 0.3}, 4, ((1, 1),)),
+        # two tied steps under the floor: the first alone holds half, not over half: every step (it was
+        # step 1's alone, leaving step 3's equal wait; question 221)
+        ({1: 0.5, 3: 0.5}, 4, ()),
     ],
 )
 def test_a_what_if_names_the_runs_of_steps_where_the_rank_made_its_peers_wait_a_floor_or_more(
