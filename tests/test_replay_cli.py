@@ -2106,6 +2106,22 @@ def test_a_path_hydra_takes_only_quoted_is_one_line_saying_how_to_quote_it(
     assert (out / "summary.parquet").is_file()
 
 
+def test_a_grammar_function_written_wrong_is_not_said_to_need_quotes(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # "takes this value only quoted: \"slowdown.factor='tag(r,1,0)'\"", which quoted is a string the float
+    # setting refuses (question 223)
+    out = tmp_path / "o"
+    assert skewlens_main(["replay", f"trace={run_dir}", f"out={out}", "slowdown.factor=tag(r,1,0)"]) == 2
+    said = (
+        "skewlens replay: error: slowdown.factor=tag(r,1,0): Hydra's override grammar cannot read this "
+        "tag(...): see its extended override syntax (choice, range, interval, tag, glob, sort, shuffle; "
+        "tag(a,b,choice(1,2)) tags a sweep)"
+    )
+    assert capsys.readouterr().err.strip().splitlines() == [said]
+    assert not out.exists()
+
+
 def test_a_path_quoted_for_hydra_as_one_argument_replays_from_and_into_that_path(
     run_dir: Path, tmp_path: Path
 ) -> None:

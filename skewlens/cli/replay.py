@@ -841,12 +841,26 @@ def _say_how_to_quote(args: Sequence[str]) -> None:
         if value.startswith("~"):  # quoted, it would be a directory named ~ (Hydra expands no ~)
             home = _home_written_out(key, value)
             raise ConfigError(f"{arg}: Hydra's override grammar takes no bare ~, and expands none: {home}")
+        if (call := _GRAMMAR_CALL.fullmatch(value)) is not None:
+            # one of the grammar's own functions written wrong (tag(r,1,0)): quoted, it is a string, which
+            # the setting's type refuses next; it said "takes this value only quoted"
+            raise ConfigError(
+                f"{arg}: Hydra's override grammar cannot read this {call[1]}(...): see its extended "
+                "override syntax (choice, range, interval, tag, glob, sort, shuffle; tag(a,b,choice(1,2)) "
+                "tags a sweep)"
+            )
         quoted = override(key, value)
         try:
             parser.parse_overrides(shlex.split(quoted))
         except OverrideParseException:
             continue
         raise ConfigError(f"{arg}: Hydra's override grammar takes this value only quoted: {quoted}")
+
+
+#: A value that calls one of Hydra's override grammar functions (its extended override syntax).
+_GRAMMAR_CALL = re.compile(
+    r"(choice|range|interval|tag|glob|sort|shuffle|extend_list|int|float|str|bool|json_str)\(.*\)", re.S
+)
 
 
 def check_types(args: list[str]) -> None:
