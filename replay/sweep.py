@@ -112,20 +112,25 @@ def _job_number(path: Path) -> int:
     return int(path.name.removesuffix(path.suffix))
 
 
+def _job_records(sweep_dir: Path) -> tuple[list[SweepRecord], dict[int, tuple[str, str]]]:
+    """The rows the finished jobs of the sweep into ``sweep_dir`` recorded in ``.jobs/``, by job number, and
+    its failed jobs (job number -> (overrides, error)): what :func:`collect_sweep` writes the table of, and
+    what an interrupted sweep names (:func:`interrupted`)."""
+    jobs = sweep_dir / JOBS_DIR
+    rows = sorted((r for p in jobs.glob(f"*{ROW_SUFFIX}") for r in read_sweep(p)), key=lambda r: r.job)
+    failed: dict[int, tuple[str, str]] = {}
+    for p in sorted(jobs.glob(f"*{ERROR_SUFFIX}"), key=_job_number):
+        overrides, _, message = p.read_text(encoding="utf-8").partition("\n")
+        failed[_job_number(p)] = (overrides, message.strip())
+    return rows, failed
+
+
 def collect_sweep(sweep_dir: Path) -> tuple[list[SweepRecord], dict[int, tuple[str, str]]]:
     """The finished jobs' rows, written to ``sweep_dir/sweep.parquet`` (by job number, with a column per
     swept setting: :func:`~skewlens.replay.outputs.sweep_parquet_table`), and the failed jobs
     (job number -> (overrides, error)). No ``sweep.parquet`` is written when no job finished (an earlier
     sweep's was removed when this one began: :func:`clear_earlier_sweep`)."""
-    jobs = sweep_dir / JOBS_DIR
-    rows = sorted(
-        (r for p in jobs.glob(f"*{ROW_SUFFIX}") for r in read_sweep(p)),
-        key=lambda r: r.job,
-    )
-    failed: dict[int, tuple[str, str]] = {}
-    for p in sorted(jobs.glob(f"*{ERROR_SUFFIX}"), key=_job_number):
-        overrides, _, message = p.read_text(encoding="utf-8").partition("\n")
-        failed[_job_number(p)] = (overrides, message.strip())
+    rows, failed = _job_records(sweep_dir)
     if rows:
         failed_overrides = [o for o, _m in failed.values()]
         write_table(sweep_parquet_table(rows, failed_overrides), sweep_dir / SWEEP_PARQUET)
@@ -279,11 +284,6 @@ def end_sweep(sweep: _Running | None = None) -> None:
                 os.close(s.held)
 
 
-def _listed(items: list[str]) -> str:
-    """The first few of ``items``, then how many more (a 1,000-job sweep named every directory)."""
-    return first_named(items)
-
-
 def _jobs(numbers: list[int]) -> str:
     """``job 3``, ``jobs 0-2, 5`` (ranges, then how many more)."""
     return f"job{'s' if len(numbers) > 1 else ''} {rank_ranges(numbers)}"
@@ -302,23 +302,24 @@ def interrupted() -> str | None:
     jobs = sweep.sweep_dir / JOBS_DIR
     again = "run the sweep again to get sweep.parquet"
     try:
-        rows = sorted((r for p in jobs.glob(f"*{ROW_SUFFIX}") for r in read_sweep(p)), key=lambda r: r.job)
-        failed = sorted(_job_number(p) for p in jobs.glob(f"*{ERROR_SUFFIX}"))
+        rows, errors = _job_records(sweep.sweep_dir)
     except KeyboardInterrupt:
         return f"(again while it read its finished jobs' rows): they are in {jobs}/; {again}"
-    except (OSError, SkewlensError) as e:
+    except (OSError, UnicodeDecodeError, SkewlensError) as e:
         return f"(its finished jobs' rows are in {jobs}/, unread: {e}); {again}"
     of = "" if sweep.jobs is None else f" of {sweep.jobs}"
     said = f"after {len(rows)}{of} sweep jobs finished"
+    failed = list(errors)
     if rows:
         dirs = list(dict.fromkeys(r.out_dir for r in rows))  # jobs that share one directory: named once
         said += (
-            f" ({_jobs([r.job for r in rows])}); their outputs are in {_listed(dirs)}; their rows in {jobs}/"
+            f" ({_jobs([r.job for r in rows])}); their outputs are in {first_named(dirs)}; their rows in "
+            f"{jobs}/"
         )
     if failed:
         said += (
             f"; {len(failed)} failed ({_jobs(failed)}: see "
-            f"{_listed([str(_job_file(sweep.sweep_dir, j, ERROR_SUFFIX)) for j in failed])})"
+            f"{first_named(_job_file(sweep.sweep_dir, j, ERROR_SUFFIX) for j in failed)})"
         )
     return f"{said} ({again})" if rows or failed else f"{said}; {again}"
 
