@@ -43,7 +43,14 @@ from skewlens.analysis.records import BlameRecord, CauseKind
 from skewlens.analysis.skew import Cause
 from skewlens.console import print_line
 from skewlens.profiler.manifest import default_group_name
-from skewlens.profiler.store.issues import MAX_RANK_ROWS, ms_text, percent_text, rank_ranges, replay_command
+from skewlens.profiler.store.issues import (
+    MAX_RANK_ROWS,
+    consecutive_runs,
+    ms_text,
+    percent_text,
+    rank_ranges,
+    replay_command,
+)
 from skewlens.profiler.store.render import group_desc, group_members
 from skewlens.replay.execution import HOST_TIME_NAMES
 
@@ -475,12 +482,7 @@ def _what_if_steps(by_step: Mapping[int, int], floor: float, steps: int) -> tupl
     worst = max(by_step, key=lambda s: (by_step[s], -s))
     least = max(floor, WHAT_IF_STEP_SHARE * total)
     held = sorted(s for s, w in by_step.items() if w >= least or s == worst)
-    runs: list[tuple[int, int]] = []
-    for s in held:
-        if runs and runs[-1][1] == s - 1:
-            runs[-1] = (runs[-1][0], s)
-        else:
-            runs.append((s, s))
+    runs = consecutive_runs(held)
     if len(held) >= steps or sum(by_step[s] for s in held) <= UNEVEN_WAIT_SHARE * total:
         return ()
     if len(runs) > WHAT_IF_STEPS:

@@ -176,15 +176,21 @@ SHOWN_RANGES = 12
 MAX_RANK_ROWS = 32
 
 
-def rank_ranges(ranks: Iterable[int]) -> str:
-    """Ranks as ranges: ``0, 2-4, 7`` (at most :data:`SHOWN_RANGES` ranges, then how many more ranks)."""
-    rs = sorted(set(ranks))
+def consecutive_runs(numbers: Iterable[int]) -> list[tuple[int, int]]:
+    """``numbers`` as runs of consecutive ones, (first, last) each, in order: ``0, 2, 3, 4, 7`` is
+    ``(0, 0), (2, 4), (7, 7)``."""
     runs: list[tuple[int, int]] = []
-    for r in rs:
+    for r in sorted(set(numbers)):
         if runs and r == runs[-1][1] + 1:
             runs[-1] = (runs[-1][0], r)
         else:
             runs.append((r, r))
+    return runs
+
+
+def rank_ranges(ranks: Iterable[int]) -> str:
+    """Ranks as ranges: ``0, 2-4, 7`` (at most :data:`SHOWN_RANGES` ranges, then how many more ranks)."""
+    runs = consecutive_runs(ranks)
     parts = [str(a) if a == b else f"{a}-{b}" for a, b in runs[:SHOWN_RANGES]]
     rest = sum(b - a + 1 for a, b in runs[SHOWN_RANGES:])
     return ", ".join(parts) + (f" and {rest} more" if rest else "")
