@@ -761,7 +761,7 @@ def _top_cause(kind: CauseKind, mine: list[SkewEvent]) -> Cause:
     named: dict[str, int] = defaultdict(int)  # label -> wait of the events naming it
     rep: dict[str, tuple[int, str]] = {}  # label -> the name with the most growth times wait
     for e, w in zip(own, weight, strict=True):
-        for name, d in _by_label(e.cause.ops):
+        for name, d in e.cause.ops:  # one name a label already (_grown_ops)
             label = _short(name)
             grown[label] += d * w
             named[label] += w
