@@ -19,7 +19,14 @@ from omegaconf import OmegaConf
 from user_docs import ROOT, code_lines
 
 from skewlens.cli import main as skewlens_main
-from skewlens.cli.replay import CONF_DIR, check_sweeper_params, check_types, register_configs, to_config
+from skewlens.cli.replay import (
+    CONF_DIR,
+    check_sweeper_params,
+    check_types,
+    register_configs,
+    to_config,
+    warn_group_overrides,
+)
 from skewlens.profiler.synth import RunBuilder
 from skewlens.profiler.vocab import CommType
 from skewlens.replay.config import ReplayConfig
@@ -2245,6 +2252,36 @@ def test_a_replays_config_yaml_replays_it_again_from_anywhere(
     assert (conf.trace, conf.out) == (str(run_dir), str(again))
     assert conf.slowdown.entries[0].factor == 1.7 and conf.topology.name == "two_node_ib"
     assert list(elsewhere.iterdir()) == []
+
+
+def test_a_group_override_of_a_saved_config_that_sets_the_group_says_the_files_values_win(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # -cd OUT -cn config topology=ring replayed the saved two_node_ib (the file's values come after the
+    # entry the override chooses) and said nothing
+    first, again = tmp_path / "first", tmp_path / "again"
+    base = [f"trace={run_dir}", "progress=false", "comm_mode=model"]
+    assert skewlens_main(["replay", *base, f"out={first}", "topology=two_node_ib"]) == 0
+    capsys.readouterr()
+    assert skewlens_main(["replay", "-cd", str(first), "-cn", "config", f"out={again}", "topology=ring"]) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "sets topology" in line]
+    said = (
+        f"skewlens replay: warning: topology=ring: {first / 'config.yaml'} sets topology itself, and the "
+        "file's values win over the chosen entry's (this replays topology two_node_ib); change one by its "
+        "key (topology.algorithm=tree), or delete the file's topology: block to replay ring"
+    )
+    assert warnings == [said]
+    assert OmegaConf.load(again / "config.yaml").topology.name == "two_node_ib"  # as the warning says
+    # a key of the group's, and a group the file leaves to its defaults, are no such case
+    (mine := tmp_path / "cfg").mkdir()
+    (mine / "mine.yaml").write_text("defaults: [replay, _self_]\ncomm_mode: model\n")
+    for args in (
+        ["-cd", str(first), "-cn", "config", "topology.algorithm=tree"],
+        ["-cd", str(mine), "-cn", "mine", "topology=ring"],
+        ["topology=ring"],
+    ):
+        warn_group_overrides(args)
+        assert capsys.readouterr().err == ""
 
 
 def test_config_yaml_names_a_relative_trace_and_out_as_the_same_replay_given_absolute_paths_does(

@@ -589,6 +589,47 @@ def check_primary_config(args: list[str]) -> None:
         raise ConfigError(f"{path}: {problem}")
 
 
+#: A key of each group's, as a warning shows changing one of a primary config's values by its key.
+_GROUP_KEY_EXAMPLES = {
+    "topology": "topology.algorithm=tree",
+    "slowdown": "slowdown.entries.0.factor=2",
+    "scale": "scale.dp=8",
+}
+
+
+def warn_group_overrides(args: list[str]) -> None:
+    """A warning (stderr) for each group override of ``args`` (``topology=ring``, read by Hydra's parser)
+    whose group the user's primary config sets in its body, as a replay's saved ``config.yaml`` sets every
+    group's values (``-cd OUT -cn config topology=ring``): the file's values come after the entry the
+    override chooses and win, so the replay kept the saved topology and said nothing. Overrides Hydra's
+    grammar refuses are left to :func:`check_types`."""
+    if (primary := _primary_config(args)) is None:
+        return
+    _, path, doc = primary
+    last = {o.key_or_group: o for o in group_overrides(args) if o.package is None and not o.is_delete()}
+    for group, o in last.items():  # the last override of a group is the one Hydra takes
+        if not isinstance(body := doc.get(group), dict):
+            continue
+        name = body.get("name")
+        keeps = f" (this replays {group} {name})" if isinstance(name, str) else ""
+        print_warning(
+            "replay",
+            f"{o.input_line}: {path} sets {group} itself, and the file's values win over the chosen entry's"
+            f"{keeps}; change one by its key ({_GROUP_KEY_EXAMPLES[group]}), or delete the file's {group}: "
+            f"block to replay {(o.input_line or '').partition('=')[2]}",
+        )
+
+
+def group_overrides(args: list[str]) -> list[Override]:
+    """The overrides of ``args`` that set a group (``topology=ring``, ``slowdown=a,b``), as Hydra's parser
+    reads them; none where its grammar refuses one (left to :func:`check_types`)."""
+    chosen = [a for a in args if (s := override_setting(a)) is not None and s[0] in GROUP_SCHEMAS]
+    try:
+        return OverridesParser.create().parse_overrides(chosen)
+    except OverrideParseException:
+        return []
+
+
 def _flag_values(args: list[str]) -> list[tuple[tuple[str, ...], str]]:
     """Each Hydra flag of ``args`` that takes a value, with its value (``-cn NAME``, ``--config-name=N``)."""
     out: list[tuple[tuple[str, ...], str]] = []
@@ -612,13 +653,7 @@ def check_group_lists(args: list[str]) -> None:
     (straggler's knobs on jitter's items: no straggler); the entry check split it at its commas and refused
     ``slowdown=[straggler: no such entry``, and ``scale=[none]`` as ``no such entry (one of none)``.
     Overrides Hydra's grammar refuses are left to :func:`check_types`."""
-    groups = ("topology", *CHECKED_GROUPS)
-    chosen = [a for a in args if (s := override_setting(a)) is not None and s[0] in groups]
-    try:
-        overrides = OverridesParser.create().parse_overrides(chosen)
-    except OverrideParseException:
-        return
-    for o in overrides:
+    for o in group_overrides(args):
         value = o.value()
         points = value.list if isinstance(value, ChoiceSweep) else [value]
         for point in points:
@@ -1609,6 +1644,7 @@ def main(argv: list[str] | None = None) -> int:
     check_types(args)
     check_primary_config(args)
     check_sweeper_params(args)
+    warn_group_overrides(args)
     errors: list[SkewlensError] = []
 
     def task(cfg: DictConfig) -> None:
