@@ -851,3 +851,27 @@ def test_a_groups_members_are_listed_one_by_one_up_to_eight_in_group_rank_order_
     assert members((3, 1)) == "ranks 3, 1"
     assert members((7, 6, 5, 4, 3, 2, 1, 0)) == "ranks 7, 6, 5, 4, 3, 2, 1, 0"
     assert members(tuple(range(9))) == "9 ranks: 0-8"
+
+
+def test_a_lenient_report_saved_from_stdout_says_what_the_load_left_out_on_its_first_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # what a lenient load left out went to stderr alone: a report saved with > report.txt never said it
+    mismatched = _mismatched_run(tmp_path / "a")
+    args = ["analyze", str(mismatched), "--out", str(tmp_path / "analysis"), "--lenient", "--no-pictures"]
+    assert skewlens_main(args) == 0
+    assert capsys.readouterr().out.splitlines()[0] == (
+        "lenient: 1 collective instance(s) not matched across ranks, at their recorded durations; the "
+        "warnings on stderr say why"
+    )
+    (d := _three_rank_run(tmp_path / "b") / "rank-2.et").unlink()
+    args = ["replay", f"trace={d.parent}", f"out={tmp_path / 'replay'}", "progress=false", "lenient=true"]
+    assert skewlens_main(args) == 0
+    printed = capsys.readouterr().out
+    assert printed.splitlines()[0] == "lenient: left out rank 2; the warnings on stderr say why"
+    assert printed.count("lenient:") == 1
+    # a run the load left nothing out of: no such line
+    whole = _three_rank_run(tmp_path / "c")
+    args = ["replay", f"trace={whole}", f"out={tmp_path / 'whole'}", "progress=false", "lenient=true"]
+    assert skewlens_main(args) == 0
+    assert "lenient:" not in capsys.readouterr().out

@@ -447,6 +447,23 @@ def run_notes(run: RunTrace) -> list[str]:
     return notes
 
 
+def lenient_line(run: RunTrace) -> str | None:
+    """What a lenient load left out of ``run``, in one short line for the top of a report's stdout (its
+    warnings, which say why, go to stderr, so a report saved with ``> report.txt`` said nothing of it):
+    ``lenient: left out rank 2; 3 collective instance(s) not matched across ranks, ...``. None where it
+    left out nothing."""
+    parts = []
+    if run.left_out_ranks:
+        parts.append(f"left out {ranks_label(sorted({r for r, _why in run.left_out_ranks}))}")
+    coll = sum(s.count for s in run.skipped_comm if not s.p2p)
+    p2p = sum(s.count for s in run.skipped_comm if s.p2p)
+    if counts := [f"{n} {what}" for n, what in ((coll, "collective instance(s)"), (p2p, "p2p op(s)")) if n]:
+        parts.append(f"{' and '.join(counts)} not matched across ranks, at their recorded durations")
+    if run.dropped_splits:
+        parts.append(f"the all_to_all splits of {len(run.dropped_splits)} node(s) dropped")
+    return f"lenient: {'; '.join(parts)}; the warnings on stderr say why" if parts else None
+
+
 def capture_note_issues(m: Manifest, sink: IssueLog) -> None:
     """A warning per distinct note of the manifest's ``notes`` that says data was not recorded (with its
     ranks), per rank whose trace is partial, and where the job stopped inside a step, which rank did not

@@ -52,7 +52,7 @@ from skewlens.console import (
 from skewlens.paths import CONF_DIR, conf_entries, doc
 from skewlens.profiler.atomic import why_not_created
 from skewlens.profiler.errors import SkewlensError, out_of_memory
-from skewlens.profiler.store.issues import counted, override, run_notes
+from skewlens.profiler.store.issues import counted, lenient_line, override, run_notes
 from skewlens.progress import NO_PROGRESS
 from skewlens.replay.config import (
     ReplayConfig,
@@ -217,6 +217,8 @@ def run_job(cfg: DictConfig, console: Console) -> None:
                 (out_dir / ".hydra").rmdir()
             remove_if_empty(top, out_dir.resolve())
         raise
+    if (lenient := lenient_line(outcome.run)) is not None:  # a saved report says it too, not stderr alone
+        print_line(console, lenient)
     console.print(summary_table(outcome.summary, title=f"Simulated replay ({conf.comm_mode}) -> {out_dir}"))
     if (gpu := gpu_idle_table(outcome.summary)) is not None:
         console.print(gpu)
