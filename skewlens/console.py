@@ -286,10 +286,23 @@ def report_console(*, stderr: bool = False) -> Console:
         # window's width) whatever COLUMNS says: at COLUMNS=60 the report ran past the window, at 120 it
         # wrapped the cause columns a word wide
         width = int(columns)
+    elif console.is_dumb_terminal and (size := _terminal_columns(console.file)):
+        # and without COLUMNS, rich's 80 columns whatever the terminal's width: its own size, as any
+        # terminal's (a TERM=dumb terminal outside Emacs, which sets COLUMNS, ran past a 60-column one)
+        width = size
     if width != console.width or width < MIN_WIDTH:
         # the size, not the width alone: on a dumb terminal rich takes a width only with a height
         console.size = (max(width, MIN_WIDTH), console.height)
     return console
+
+
+def _terminal_columns(stream: IO[str]) -> int:
+    """The width of the terminal ``stream`` writes to (``os.get_terminal_size``); 0 where it tells none (no
+    file descriptor, not a terminal, a pseudo-terminal that says 0)."""
+    try:
+        return os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, ValueError, OSError):  # io.UnsupportedOperation is an OSError
+        return 0
 
 
 def print_line(console: Console, text: str) -> None:

@@ -6,6 +6,7 @@ import contextlib
 import dataclasses
 import io
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -1348,3 +1349,32 @@ def test_a_table_whose_unwrapped_names_leave_its_figures_no_room_folds_them_all_
     console.width = 80
     console.print(table)
     assert "│ all_reduce 0#1234 │" in out.getvalue()
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="a pseudo-terminal of os.openpty")
+def test_a_dumb_terminal_without_columns_is_drawn_as_wide_as_the_terminal_is(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # TERM=dumb on a real terminal without COLUMNS was drawn rich's 80 columns whatever its width
+    import fcntl
+    import struct
+    import termios
+
+    for name in ("FORCE_COLOR", "TTY_COMPATIBLE", "LINES", "NO_COLOR", "COLUMNS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TERM", "dumb")
+    main_fd, tty_fd = os.openpty()
+    try:
+        with open(tty_fd, "w", encoding="utf-8", closefd=False) as tty:
+            monkeypatch.setattr("sys.stdout", tty)
+            for columns in (60, 132):
+                fcntl.ioctl(tty_fd, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
+                assert report_console().width == columns
+            monkeypatch.setenv("COLUMNS", "100")  # COLUMNS still decides
+            assert report_console().width == 100
+            monkeypatch.delenv("COLUMNS")
+            fcntl.ioctl(tty_fd, termios.TIOCSWINSZ, struct.pack("HHHH", 0, 0, 0, 0))
+            assert report_console().width == 80  # a terminal that tells no size: rich's width, as before
+    finally:
+        os.close(main_fd)
+        os.close(tty_fd)
