@@ -376,6 +376,9 @@ class RankStop:
     raised: str = ""
     """The exception its program ended with (``RuntimeError: bad batch``: the first line, at most
     :data:`RAISED_CHARS` characters); '' where it ended without one (stopped by a signal, or a clean exit)."""
+    collectives_started: int | None = None
+    """How many collectives it issued in the step (those that returned and those in flight), none of which
+    is in its trace; None in manifests written before skewlens counted them."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -469,6 +472,8 @@ class Manifest:
         for stop in d["stopped"]:  # written only where a rank raised: a manifest without it reads as before
             if not stop["raised"]:
                 del stop["raised"]
+            if stop["collectives_started"] is None:  # counted since: written where known
+                del stop["collectives_started"]
         return d
 
     @staticmethod
@@ -579,14 +584,21 @@ def _stops(j: _Json, d: dict[str, Any], world_size: int) -> tuple[RankStop, ...]
     return tuple(out.values())
 
 
+#: The keys of a stop record (:func:`rank_stop`).
+_STOP_KEYS = frozenset(
+    ("rank", "step", "step_start_ns", "saved_ns", "last", "in_flight", "raised", "collectives_started")
+)
+
+
 def rank_stop(v: object, where: str, key: str, world_size: int) -> RankStop:
     """The :class:`RankStop` in ``v`` (a manifest's ``stopped[i]``, or a part file's ``stopped``), every
     value checked; a :class:`ManifestError` naming ``where`` and the key if one is wrong."""
     j = _Json(where)
     d = j.obj(v, key)
-    if extra := sorted(set(d) - {"rank", "step", "step_start_ns", "saved_ns", "last", "in_flight", "raised"}):
+    if extra := sorted(set(d) - _STOP_KEYS):
         raise ManifestError(f"{j.where}: {key}: unknown key {extra[0]!r}")
     last = d.get("last")
+    started = d.get("collectives_started")
     return RankStop(
         rank=j.rank(j.need(d, "rank", key), f"{key}.rank", world_size),
         step=j.integer(j.need(d, "step", key), f"{key}.step", 0),
@@ -595,6 +607,7 @@ def rank_stop(v: object, where: str, key: str, world_size: int) -> RankStop:
         last=None if last is None else _call_at(j, j.obj(last, f"{key}.last"), f"{key}.last"),
         in_flight=tuple(_call_at(j, c, f"{key}.{k}") for k, c in j.objects(d, "in_flight")),
         raised=j.text(d.get("raised", ""), f"{key}.raised")[:RAISED_CHARS],
+        collectives_started=None if started is None else j.integer(started, f"{key}.collectives_started", 0),
     )
 
 

@@ -10,12 +10,22 @@ from pathlib import Path
 
 import pytest
 
-from skewlens.profiler.manifest import CallAt, ProcessGroupInfo, RankStop, read_manifest, write_manifest
+from skewlens.profiler.capture.flight import FrEntry, stop_record
+from skewlens.profiler.capture.records import CommRecord
+from skewlens.profiler.errors import ManifestError
+from skewlens.profiler.manifest import (
+    PARTIAL_TRACE_NOTE,
+    CallAt,
+    ProcessGroupInfo,
+    RankStop,
+    read_manifest,
+    write_manifest,
+)
 from skewlens.profiler.store import load_run
 from skewlens.profiler.store.issues import run_notes, stop_answer
 from skewlens.profiler.store.validate import validate_run
 from skewlens.profiler.synth import RunBuilder
-from skewlens.profiler.vocab import CommType
+from skewlens.profiler.vocab import CommType, NodeType
 
 MS = 1_000_000
 T0 = 1_000_000_000_000
@@ -615,3 +625,146 @@ def test_a_member_with_no_trace_that_is_not_missing_says_nothing_of_the_call(tmp
         "step 3 did not finish: rank 1 in broadcast 0#47 of 2 KiB since +67.0 ms (times from the start of "
         "the step on each rank)"
     )
+
+
+def _partial(tmp_path: Path, *stops: RankStop) -> Path:
+    """:func:`_run` of ``stops``, each rank's trace noted partial as a capture notes it (2 of 4 steps)."""
+    run = _run(tmp_path, *stops)
+    m = read_manifest(run)
+    partial = {f"rank {s.rank}": f"{PARTIAL_TRACE_NOTE}: saved 2 of 4 steps at exit" for s in stops}
+    write_manifest(run, replace(m, notes={**m.notes, **partial}))
+    return run
+
+
+def test_a_partial_trace_names_the_step_it_did_not_finish_and_the_collectives_it_started(
+    tmp_path: Path,
+) -> None:
+    # rank 0 returned from step 3's all_reduce and waits in its broadcast; rank 1 exited after the all_reduce.
+    # Before: 'rank 0: partial trace: saved 2 of 4 steps at exit (...): the steps after those are not in its
+    # trace', which named no step and left the step's collectives unsaid
+    run = _partial(
+        tmp_path,
+        replace(_stop(0, ("all_reduce", 10, 2), ("broadcast", 11, 3)), collectives_started=3),
+        replace(_stop(1, ("all_reduce", 10, 2)), collectives_started=1),
+    )
+    ended = "rank {}: partial trace: saved 2 of 4 steps at exit (the command ended before the capture window "
+    ended += "did)"
+    step = "step 3 did not finish ({} started in it {} not in the trace)"
+    said = [
+        f"{ended.format(0)}: {step.format('3 collectives', 'are')}",
+        f"{ended.format(1)}: {step.format('1 collective', 'is')}",
+    ]
+    warned = [i.message for i in validate_run(run).warnings if i.kind == "partial-trace"]
+    assert warned == [f"{line}, and the steps after it are not in its trace" for line in said]
+    for lenient in (False, True):  # analyze and replay, and with --lenient
+        notes = run_notes(load_run(run, lenient=lenient))
+        assert [n for n in notes if n.startswith("rank ")] == said
+
+
+def test_a_rank_that_started_no_collective_in_its_last_step_is_said_in_it_only_where_its_program_raised(
+    tmp_path: Path,
+) -> None:
+    # rank 0 ended after its last step (a program of fewer steps than the window): its trace lacks nothing.
+    # Rank 1 raised in its data loader, before the step's first collective
+    run = _partial(
+        tmp_path,
+        replace(_stop(0, None), collectives_started=0),
+        replace(_stop(1, None), collectives_started=0, raised="StopIteration: data"),
+    )
+    warned = [i.message.split("did): ")[1] for i in validate_run(run).warnings if i.kind == "partial-trace"]
+    assert warned == [
+        "the steps after those are not in its trace",  # as before
+        "step 3 did not finish (it had started no collective), and the steps after it are not in its trace",
+    ]
+
+
+def test_a_stop_record_written_before_collectives_were_counted_names_no_step(tmp_path: Path) -> None:
+    run = _partial(tmp_path, _stop(0, ("all_reduce", 10, 2), ("broadcast", 11, 3)), _stop(1, None))
+    manifest = (run / "manifest.json").read_text()
+    assert "collectives_started" not in manifest  # an old manifest's shape: read as before
+    warned = [i.message for i in validate_run(run).warnings if i.kind == "partial-trace"]
+    assert [w.split("did): ")[1] for w in warned] == ["the steps after those are not in its trace"] * 2
+
+
+def test_the_count_of_a_stop_record_is_read_back_and_a_negative_one_is_refused_by_its_key(
+    tmp_path: Path,
+) -> None:
+    run = _partial(tmp_path, replace(_stop(0, None), collectives_started=4))
+    assert read_manifest(run).stopped[0].collectives_started == 4
+    path = run / "manifest.json"
+    path.write_text(path.read_text().replace('"collectives_started": 4', '"collectives_started": -1'))
+    with pytest.raises(ManifestError, match=r"stopped\[0\]\.collectives_started: -1 is outside 0\.\."):
+        read_manifest(run)
+
+
+def _returned(seq: int, step: int, at_ns: int) -> CommRecord:
+    return CommRecord(
+        node_type=NodeType.COMM_COLL, op="c10d::allreduce_", comm_type=CommType.ALL_REDUCE, pg_name="0",
+        seq=seq, src=-1, dst=-1, tag=0, numel=1, dtype="float32", size_bytes=4, start_ns=at_ns,
+        issue_end_ns=at_ns + 10, end_ns=at_ns + 10, is_async=False, thread=1, step=step,
+    )  # fmt: skip
+
+
+def _recorded(seq: int, at_ns: int) -> FrEntry:
+    return FrEntry(
+        pg_name="0", seq=seq, op="gloo:all_reduce", created_ns=at_ns, numel=1, dtype="float32", size_bytes=4
+    )
+
+
+def test_a_stop_record_counts_the_steps_returned_collectives_and_those_in_flight_once_each() -> None:
+    # step 3 began at 1,000: 0#9 is step 2's; 0#10 and 0#11 returned in step 3 (their entries too); 0#12 is
+    # in flight (DDP's, or one the rank is blocked in: the recorder's alone)
+    returned = [_returned(9, 2, 500), _returned(10, 3, 1_100), _returned(11, 3, 1_200)]
+    entries = [_recorded(9, 500), _recorded(10, 1_100), _recorded(11, 1_200), _recorded(12, 1_300)]
+    stop = stop_record(returned, entries, step=3, step_start_ns=1_000, saved_ns=2_000, offset_ns=0)
+    assert (stop["collectives_started"], len(stop["in_flight"])) == (3, 1)  # type: ignore[arg-type]
+    # without the recorder: the returned ones alone
+    alone = stop_record(returned, [], step=3, step_start_ns=1_000, saved_ns=2_000, offset_ns=0)
+    assert alone["collectives_started"] == 2
+
+
+#: Each of step 3's ranks issues k of the step's 3 collectives, then the program ends (``EXIT`` on rank 1;
+#: rank 0, blocked in the third, which rank 1 never issues, fails when rank 1 is gone).
+EXITS = (
+    FAIL.split("for step")[0].replace("import time\n", "import os, signal, sys\n", 1)
+    + """for step in range(6):
+    w(torch.ones(2, 8)).sum().backward()
+    calls = [
+        lambda: dist.all_reduce(torch.ones(1024)),
+        lambda: dist.broadcast(torch.ones(256), src=0),
+        lambda: dist.all_reduce(torch.ones(4096)),
+    ]
+    for k, call in enumerate(calls):
+        if step == 3 and k == (3, 2)[r]:
+            EXIT
+        call()
+    opt.step()
+"""
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "exit_by",
+    ['raise RuntimeError("bad batch")', "sys.exit(3)", "os.kill(os.getpid(), signal.SIGTERM)"],
+    ids=["exception", "sys.exit", "SIGTERM"],
+)
+def test_a_capture_that_ends_inside_a_step_names_it_and_each_ranks_collectives_started_in_it(
+    tmp_path: Path, exit_by: str
+) -> None:
+    # default window 1:1:3: step 2 saved, step 3 unfinished, with 3 collectives started on rank 0 (the
+    # third in flight) and 2 on rank 1. Before: 'rank 1: partial trace: saved 1 of 3 steps at exit (the
+    # command ended before the capture window did): the steps after those are not in its trace'
+    _captured_answer(tmp_path, EXITS.replace("EXIT", exit_by), "step 3 did not finish: rank 1 did not arrive")
+    run = tmp_path / "run"
+    assert {s.rank: s.collectives_started for s in read_manifest(run).stopped} == {0: 3, 1: 2}
+    ended = "rank {}: partial trace: saved 1 of 3 steps at exit (the command ended before the capture window "
+    ended += "did)"
+    said = [
+        f"{ended.format(0)}: step 3 did not finish (3 collectives started in it are not in the trace)",
+        f"{ended.format(1)}: step 3 did not finish (2 collectives started in it are not in the trace)",
+    ]
+    warned = [i.message for i in validate_run(run).warnings if i.kind == "partial-trace"]
+    assert warned == [f"{line}, and the steps after it are not in its trace" for line in said]
+    for lenient in (False, True):
+        assert [n for n in run_notes(load_run(run, lenient=lenient)) if n.startswith("rank ")] == said

@@ -733,13 +733,16 @@ def stop_record(
     calls, numbered by the recorder) and the recorder's entries of the unfinished step that no returned call
     accounts for (gloo's recorder marks no entry completed: a call the rank is blocked in, or an
     asynchronous one it had not waited for), and ``raised``, the exception its program ended with ('' for
-    none). Times on the aligned clock (local + ``offset_ns``)."""
+    none). Times on the aligned clock (local + ``offset_ns``). ``collectives_started`` counts the step's
+    collectives, none of which is in the trace: the hooked ones issued in it that returned, and those in
+    flight (without the recorder, the returned ones alone)."""
     last = max(returned, key=lambda c: c.issue_end_ns, default=None)
     done = {(c.pg_name, c.seq) for c in returned if c.node_type == NodeType.COMM_COLL}
     flying = sorted(
         (e for e in entries if e.created_ns >= step_start_ns and (e.pg_name, e.seq) not in done),
         key=lambda e: e.created_ns,
     )
+    returned_in_step = sum(c.step == step and c.node_type == NodeType.COMM_COLL for c in returned)
 
     def at(c: CommRecord | FrEntry, ns: int) -> dict[str, object]:
         seq = c.seq if not isinstance(c, CommRecord) or c.node_type == NodeType.COMM_COLL else -1
@@ -757,5 +760,6 @@ def stop_record(
         "saved_ns": saved_ns + offset_ns,
         "last": None if last is None else at(last, last.issue_end_ns + offset_ns),
         "in_flight": [at(e, e.created_ns + offset_ns) for e in flying],
+        "collectives_started": returned_in_step + len(flying),
         **({"raised": raised} if raised else {}),
     }

@@ -19,6 +19,7 @@ from skewlens.profiler.manifest import (
     STEP_MARKS_NOTE,
     CallAt,
     Manifest,
+    RankStop,
     degraded_notes,
     partial_traces,
 )
@@ -406,10 +407,10 @@ def run_notes(run: RunTrace) -> list[str]:
     missing = [r for r in m.missing_ranks if r not in left_out]
     if missing:
         notes.append(f"{no_trace_line(missing, m.world_size)}: only the traced ranks are used")
-    notes.extend(
-        f"rank {r}: {note} (the command ended before the capture window did)"
-        for r, note in sorted(partial_traces(m.notes).items())
-    )
+    stops = {s.rank: s for s in m.stopped}
+    for r, note in sorted(partial_traces(m.notes).items()):
+        unfinished = unfinished_step(stops.get(r))
+        notes.append(f"{_partial_line(r, note)}{f': {unfinished}' if unfinished else ''}")
     notes.extend(f"{ranks_label(rs)}: {note}" for note, rs in degraded_notes(m.notes).items())
     notes.extend(whole_run_notes(m.notes))
     if (answer := stop_answer(m)) is not None:
@@ -474,15 +475,35 @@ def capture_note_issues(m: Manifest, sink: IssueLog) -> None:
         sink.warning("capture-note", f"{ranks_label(rs)}: {note}", rank=rs[0] if len(rs) == 1 else None)
     for note in whole_run_notes(notes):
         sink.warning("capture-note", note)
+    stops = {s.rank: s for s in m.stopped}
     for r, note in sorted(partial_traces(notes).items()):
-        sink.warning(
-            "partial-trace",
-            f"rank {r}: {note} (the command ended before the capture window did): the steps after those "
-            "are not in its trace",
-            rank=r,
-        )
+        unfinished = unfinished_step(stops.get(r))
+        after = f"{unfinished}, and the steps after it" if unfinished else "the steps after those"
+        sink.warning("partial-trace", f"{_partial_line(r, note)}: {after} are not in its trace", rank=r)
     if (answer := stop_answer(m)) is not None:
         sink.warning("unfinished-step", answer)
+
+
+def _partial_line(rank: int, note: str) -> str:
+    """How the run's notes and ``skewlens check`` begin the line of a rank whose trace is partial."""
+    return f"rank {rank}: {note} (the command ended before the capture window did)"
+
+
+def unfinished_step(stop: RankStop | None) -> str:
+    """The step a rank that saved a partial trace was in, which no trace holds, and how many collectives
+    it had started in it (``step 7 did not finish (3 collectives started in it are not in the trace)``);
+    '' where it has no stop record or one written before skewlens counted them, and where it started no
+    collective in it and its program raised nothing (a program that ran fewer steps than the window ends
+    between steps: its trace lacks nothing of the step, which had not begun)."""
+    if stop is None or stop.collectives_started is None:
+        return ""
+    n = stop.collectives_started
+    if n == 0:
+        return f"step {stop.step} did not finish (it had started no collective)" if stop.raised else ""
+    return (
+        f"step {stop.step} did not finish ({counted(n, 'collective')} started in it "
+        f"{'is' if n == 1 else 'are'} not in the trace)"
+    )
 
 
 def whole_run_notes(notes: Mapping[str, str]) -> list[str]:
