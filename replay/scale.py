@@ -25,8 +25,11 @@ the rows and columns of a mesh do).
 coordinate ``d``): ``d' mod k`` (the default: the captured spread repeats), a seeded uniform choice
 (``seed``), or the replica of one rank (``source``); in a 1-D run a replica is one rank. Each new rank
 shares its source rank's columns (numpy arrays, not copies): node ids, durations, start times,
-dependencies, streams and steps; only ``comm_bytes`` (once per source rank, where sizes change) and, for
-the copies of replicated groups, ``pg`` are new arrays. Ranks are numbered as the capture numbered them
+dependencies, streams and steps; only ``comm_bytes`` (once per source rank, where sizes change), for
+the copies of replicated groups ``pg``, and ``src`` / ``dst`` where a rooted collective's root (a
+broadcast's source, a reduce's destination) has a new number are new arrays: a root keeps its place,
+the same member of the copied group (``(d', j)`` in a replicated group of replica ``d'``; ``(d, j)`` in a
+data-parallel or world group: unknown, -1, where ``d >= N``). Ranks are numbered as the capture numbered them
 (``d*t + j`` row-major, ``j*N + d`` column-major, ``t`` ranks per replica, ``j`` the coordinate inside it).
 Data-parallel groups keep their names and get the N (or N per tp coordinate) new members; world groups
 get every new rank; a replicated group of new replica ``d'`` copied from captured replica ``d`` keeps its
@@ -531,6 +534,8 @@ def scale_run(
     kept = _kept_list_gathers(run, lay)
     new_bytes = _scaled_bytes(run, lay, dp, kept)
     index = {n: i for i, n in enumerate(pg_names)}
+    replicated = np.array(sorted(index[n] for names in lay.replica_groups for n in names), dtype=np.int32)
+    roots: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
     ranks: dict[int, RankTrace] = {}
     for nr in range(new_world):
         s = source_of[nr]
@@ -542,8 +547,15 @@ def scale_run(
             for name in lay.replica_groups[src_rep[d2]]:
                 lut[index[name]] = index[copy_name[(name, d2)]]
             pg = np.where(rt.pg >= 0, lut[np.maximum(rt.pg, 0)], rt.pg).astype(np.int32)
+        src, dst = _roots(run, lay, dp, copy=(s, d2), replicated=replicated, cache=roots)
         ranks[nr] = dataclasses.replace(
-            rt, rank=nr, pg=pg, comm_bytes=new_bytes[s], notes=[*rt.notes, f"copy of captured rank {s}"]
+            rt,
+            rank=nr,
+            pg=pg,
+            comm_bytes=new_bytes[s],
+            src=src,
+            dst=dst,
+            notes=[*rt.notes, f"copy of captured rank {s}"],
         )
         ranks[nr].seal()  # as a loaded run's: its execution model is cached (RankTrace.seal)
 
@@ -758,6 +770,44 @@ def _scaled_bytes(
         b[rows] = -((-b[rows] * lay.dp_size) // dp)  # ceil(bytes * k / dp), in integers
         out[r] = b
     return out
+
+
+def _roots(
+    run: RunTrace,
+    lay: Layout,
+    dp: int,
+    *,
+    copy: tuple[int, int],
+    replicated: np.ndarray,
+    cache: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]],
+) -> tuple[np.ndarray, np.ndarray]:
+    """``src`` and ``dst`` of ``copy``, the copy of captured rank ``s`` in new replica ``d2``: a rooted
+    collective's root renumbered to the same member of the new group (see the module docstring), the
+    source's own arrays where no number changes. ``cache``: per ``(s, d2)``, ``d2`` -1 where no root is
+    on a replicated group (the arrays are then the same for every replica)."""
+    s, d2 = copy
+    rt = run.ranks[s]
+    rooted = (rt.node_type == int(NodeType.COMM_COLL)) & ((rt.src >= 0) | (rt.dst >= 0))
+    if not rooted.any():
+        return rt.src, rt.dst
+    on_replica = rooted & np.isin(rt.pg, replicated)
+    key = (s, d2 if on_replica.any() else -1)
+    got = cache.get(key)
+    if got is not None:
+        return got
+
+    def renumber(col: np.ndarray) -> np.ndarray:
+        out = col.copy()
+        for row in np.flatnonzero(rooted & (col >= 0)).tolist():
+            r0 = int(col[row])
+            d, j = lay.coord.get(r0, (r0, 0) if lay.tp_size == 1 else (-1, -1))
+            if on_replica[row]:
+                d = d2
+            out[row] = lay.rank_of(d, j, dp) if 0 <= d < dp else -1
+        return col if np.array_equal(out, col) else out
+
+    got = cache[key] = (renumber(rt.src), renumber(rt.dst))
+    return got
 
 
 def _rematch(

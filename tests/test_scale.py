@@ -81,9 +81,11 @@ def build(
     groups: dict[str, tuple[int, ...]] | None = None,
     group_of: dict[tuple[int, str], str] | None = None,
     steps: int = 2,
+    roots: dict[str, int] | None = None,
 ) -> RunTrace:
     """A run whose ranks alternate a collective and a compute phase (COMPUTE of rank r mod 2), recorded as
-    a real one would be: a collective's members end together, the transfer after the last arrival."""
+    a real one would be: a collective's members end together, the transfer after the last arrival.
+    ``roots``: a rooted collective's captured root rank, per group."""
     b = RunBuilder(world_size=world, groups=groups)
     now = dict.fromkeys(range(world), 0)
     for s in range(steps):
@@ -97,7 +99,8 @@ def build(
                 last = max(now[r] for r in members)
                 for r in members:
                     end = last + 300_000 + nbytes // 1000
-                    b.rank(r).collective(ctype, nbytes, end - now[r], pg=name, start_ns=now[r])
+                    root = (roots or {}).get(name)
+                    b.rank(r).collective(ctype, nbytes, end - now[r], pg=name, start_ns=now[r], root=root)
                     now[r] = end
             for r in range(world):
                 dur = COMPUTE[r % 2][i % 3]
@@ -1087,3 +1090,45 @@ def test_each_rank_of_a_scaled_run_has_the_gpu_and_device_of_the_captured_rank_i
     scaled = scale_run(dataclasses.replace(run, manifest=manifest), 5)
     assert scaled.manifest.gpus == {r: gpus[r % 2] for r in range(5)}
     assert scaled.manifest.devices == {r: f"cuda:{r % 2}" for r in range(5)}
+
+
+@pytest.mark.parametrize("row_major", [True, False])
+def test_a_broadcasts_root_follows_its_copy_so_every_new_replica_replays_as_the_one_it_copies(
+    tmp_path: Path, row_major: bool
+) -> None:
+    # a 2 x 2 mesh whose tp pairs broadcast from their j = 0 member each step (Megatron's input broadcast)
+    # and whose dp groups broadcast from their d = 0 member (DDP's buffers): j = 1 computes longer before the
+    # tp broadcast, so its root, who waits for no one, ends earlier than a member that waits for the last.
+    # Before, a copy kept the captured root's number: in a new replica not a member of its tp group (root
+    # unknown: every member waited for the last), in a column-major mesh the wrong rank of its dp group
+    def at(d: int, j: int) -> int:
+        return d * 2 + j if row_major else j * 2 + d
+
+    groups = {"0": (0, 1, 2, 3)}
+    groups |= {f"mesh_dp_{j}": (at(0, j), at(1, j)) for j in range(2)}
+    groups |= {f"mesh_tp_{d}": (at(d, 0), at(d, 1)) for d in range(2)}
+    group_of = {
+        (at(d, j), k): f"mesh_{k}_{j if k == 'dp' else d}"
+        for d in range(2)
+        for j in range(2)
+        for k in ("dp", "tp")
+    }
+    roots = {f"mesh_tp_{d}": at(d, 0) for d in range(2)} | {f"mesh_dp_{j}": at(0, j) for j in range(2)}
+    schedule = (("dp", AG, FULL // 2), ("tp", CommType.BROADCAST, 64 << 10), ("dp", CommType.BROADCAST, 4096))
+    run = build(tmp_path / "mesh", world=4, schedule=schedule, groups=groups, group_of=group_of, roots=roots)
+    scaled = scale_run(run, 4)
+    first = {r for r in range(8) if (r % 2 == 0 if row_major else r < 4)}  # the new ranks with j = 0
+    roots_of = {}
+    for c in scaled.collectives:
+        if c.comm_type == CommType.BROADCAST:
+            roots_of[c.pg_name, c.ranks] = {
+                int(scaled.ranks[r].src[w]) for r, w in zip(c.ranks, c.rows, strict=True)
+            }
+    # a tp pair's root is its j = 0 member; a dp group's its d = 0 member, the first
+    want = {(n, m): set(m) & first if n.startswith("mesh_tp") else {m[0]} for n, m in roots_of}
+    assert roots_of == want and len(roots_of) == 6
+    sim = replay(scaled)  # copies of one rank replay identically, in whichever replica
+    ends: dict[int, set[tuple[int, ...]]] = {}
+    for r, src in scaled.source_ranks.items():
+        ends.setdefault(src, set()).add(tuple(sim.end_ns[r].tolist()))
+    assert sorted(ends) == [0, 1, 2, 3] and all(len(e) == 1 for e in ends.values())
