@@ -535,6 +535,7 @@ def scale_run(
     new_bytes = _scaled_bytes(run, lay, dp, kept)
     index = {n: i for i, n in enumerate(pg_names)}
     replicated = np.array(sorted(index[n] for names in lay.replica_groups for n in names), dtype=np.int32)
+    rooted = _rooted_rows(run, replicated)
     roots: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
     ranks: dict[int, RankTrace] = {}
     for nr in range(new_world):
@@ -547,7 +548,7 @@ def scale_run(
             for name in lay.replica_groups[src_rep[d2]]:
                 lut[index[name]] = index[copy_name[(name, d2)]]
             pg = np.where(rt.pg >= 0, lut[np.maximum(rt.pg, 0)], rt.pg).astype(np.int32)
-        src, dst = _roots(run, lay, dp, copy=(s, d2), replicated=replicated, cache=roots)
+        src, dst = _roots(run, lay, dp, copy=(s, d2), rooted=rooted, cache=roots)
         ranks[nr] = dataclasses.replace(
             rt,
             rank=nr,
@@ -772,25 +773,35 @@ def _scaled_bytes(
     return out
 
 
+def _rooted_rows(run: RunTrace, replicated: np.ndarray) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """Per captured rank with rooted collectives (a ``src`` or ``dst``): their rows, and which of them are
+    on a replicated group."""
+    out: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    for r, rt in run.ranks.items():
+        rows = np.flatnonzero((rt.node_type == int(NodeType.COMM_COLL)) & ((rt.src >= 0) | (rt.dst >= 0)))
+        if rows.size:
+            out[r] = (rows, np.isin(rt.pg[rows], replicated))
+    return out
+
+
 def _roots(
     run: RunTrace,
     lay: Layout,
     dp: int,
     *,
     copy: tuple[int, int],
-    replicated: np.ndarray,
+    rooted: Mapping[int, tuple[np.ndarray, np.ndarray]],
     cache: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]],
 ) -> tuple[np.ndarray, np.ndarray]:
     """``src`` and ``dst`` of ``copy``, the copy of captured rank ``s`` in new replica ``d2``: a rooted
-    collective's root renumbered to the same member of the new group (see the module docstring), the
-    source's own arrays where no number changes. ``cache``: per ``(s, d2)``, ``d2`` -1 where no root is
-    on a replicated group (the arrays are then the same for every replica)."""
+    collective's root (``rooted``: :func:`_rooted_rows`) renumbered to the same member of the new group
+    (see the module docstring), the source's own arrays where no number changes. ``cache``: per
+    ``(s, d2)``, ``d2`` -1 where no root is on a replicated group (the same arrays for every replica)."""
     s, d2 = copy
     rt = run.ranks[s]
-    rooted = (rt.node_type == int(NodeType.COMM_COLL)) & ((rt.src >= 0) | (rt.dst >= 0))
-    if not rooted.any():
+    if s not in rooted:
         return rt.src, rt.dst
-    on_replica = rooted & np.isin(rt.pg, replicated)
+    rows, on_replica = rooted[s]
     key = (s, d2 if on_replica.any() else -1)
     got = cache.get(key)
     if got is not None:
@@ -798,12 +809,13 @@ def _roots(
 
     def renumber(col: np.ndarray) -> np.ndarray:
         out = col.copy()
-        for row in np.flatnonzero(rooted & (col >= 0)).tolist():
+        for row, replica in zip(rows.tolist(), on_replica.tolist(), strict=True):
             r0 = int(col[row])
+            if r0 < 0:
+                continue
             d, j = lay.coord.get(r0, (r0, 0) if lay.tp_size == 1 else (-1, -1))
-            if on_replica[row]:
-                d = d2
-            out[row] = lay.rank_of(d, j, dp) if 0 <= d < dp else -1
+            d = d2 if replica else d
+            out[row] = lay.rank_of(d, j, dp) if 0 <= d < dp and j >= 0 else -1
         return col if np.array_equal(out, col) else out
 
     got = cache[key] = (renumber(rt.src), renumber(rt.dst))
