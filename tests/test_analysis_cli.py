@@ -29,6 +29,7 @@ from skewlens.analysis.render import (
     stragglers,
     stragglers_table,
     uneven_cost_note,
+    uneven_wait_notes,
     worst_collectives_table,
 )
 from skewlens.cli import main
@@ -448,6 +449,35 @@ def test_a_stragglers_uneven_cost_is_named_only_past_a_fifth_of_its_cost_and_twi
     assert _uneven([1, 1, 2]) is None  # 50%, but twice its median step, not over
     assert _uneven([20, -5]) is None  # two steps (a what-if may gain in one): no median to speak of
     assert _uneven([1, 1, 20, 1, 1], simulated=False) is None  # no what-if: no cost
+
+
+def test_half_a_stragglers_steps_stalling_alike_are_not_named_as_uneven_against_half_a_stall() -> None:
+    # rank 1's 2 DataLoader workers each deliver a slow batch at every other step, so half its steps cost a
+    # stall and half nothing. The mean of the two middle steps, half a stall, is no step's cost: one of the
+    # three alike read 'step 2 cost 229.1 ms, 37% of it, its median step 83.214 ms' (as measured on 2 gloo
+    # ranks, steps 4-9, the DataLoader's workers spawned)
+    assert _uneven([166.4, 0, 229.1, 0, 218.6, 0]) is None
+    assert _uneven([0, 21, 0, 19]) is None  # 53% of it, over its two middle steps' mean (9.5)
+    said = "rank 1's cost is uneven over its steps: step 5 cost 20.000 ms, 67% of it, its median step 1.000"
+    assert (_uneven([1, 1, 1, 1, 6, 20]) or "").startswith(said)  # a one-off among an even count still is
+
+
+def _uneven_wait(waits_ms: list[float]) -> list[str]:
+    """The uneven-wait lines of rank 1, which made its peers wait ``waits_ms`` in its steps (each 10 ms)."""
+    steps = range(len(waits_ms))
+    result = SimpleNamespace(
+        blame=SimpleNamespace(baseline_step_ns=dict.fromkeys(steps, 10 * MS)),
+        skew=SimpleNamespace(caused_wait_by_step={(1, s): round(w * MS) for s, w in enumerate(waits_ms)}),
+    )
+    return uneven_wait_notes(result, [1])  # type: ignore[arg-type]
+
+
+def test_a_caused_wait_half_of_whose_steps_are_alike_is_not_named_as_uneven_against_their_mean() -> None:
+    assert _uneven_wait([0, 21, 0, 19]) == []  # 53% of it, but step 3 is as much
+    said = (
+        "rank 1's caused wait is uneven over its steps: in step 2 it made its peers wait 30.000 ms, 97% of it"
+    )
+    assert _uneven_wait([0, 0, 30, 1]) == [f"{said}, in its median step 1.000 ms"]  # a figure some step has
 
 
 def test_a_cpu_runs_breakdown_table_keeps_its_steps_column(tmp_path: Path) -> None:
