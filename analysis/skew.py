@@ -190,6 +190,11 @@ class SkewEvent:
     """Why the late member was late."""
     pg_desc: str = ""
     """The group's description as the capture recorded it (``mesh_dp`` for a DeviceMesh dimension)."""
+    cause_first_step: int = -1
+    """Of a ``compute grew`` cause: the earliest step of the late member's rows of the cause's first-named
+    op in its window (the work the cause compares, since the previous synchronisation point), which may
+    be steps before :attr:`step` where the window spans steps without this group's collectives (Local SGD
+    averaging every K steps: the slow forward of all K local steps); else -1."""
     clock_contradicted: bool = False
     """Whether the members' recorded times contradict each other (a member done before one it waits for
     began: clocks that disagree, :func:`~skewlens.replay.execution.clock_contradictions`): its skew, waits
@@ -450,6 +455,21 @@ def _cause(
     return Cause(kind=kind, delta_ns=deltas[kind]), late.max_wait_row
 
 
+def _first_step_of(cause: Cause, ri: RankIndex, a: int, b: int, names: Sequence[str]) -> int:
+    """:attr:`SkewEvent.cause_first_step`: the earliest step of ``ri``'s rows begun in ``[a, b)`` that
+    the compute cause ``cause``'s first-named op labels (:func:`_short`, as the cause names it); -1 for
+    another cause, or none in a step."""
+    if cause.kind is not CauseKind.COMPUTE or not cause.ops:
+        return -1
+    rows = rows_starting_in(ri, a, b)
+    label = _short(cause.ops[0][0])
+    ids = np.unique(ri.gname[rows])
+    named = ids[[_short(names[int(i)]) == label for i in ids]] if ids.size else ids
+    steps = ri.trace.step[rows[np.isin(ri.gname[rows], named)]]
+    steps = steps[steps >= 0]
+    return int(steps.min()) if steps.size else -1
+
+
 def _window_start(
     ix: RunIndex, ri: RankIndex, prev_row: int | None, row: int, collective: bool
 ) -> tuple[int, int]:
@@ -588,7 +608,7 @@ def analyze_skew(ix: RunIndex) -> SkewResult:
         mi = int(others[(len(others) - 1) // 2]) if held < 0 or others.size else li
         late_rank = ranks[li]
         step = int(rts[li].trace.step[rows[li]])
-        cause, blamed = NO_CAUSE, late_rank
+        cause, blamed, cause_first_step = NO_CAUSE, late_rank, -1
         if li != mi and arr[li] > arr[mi]:
             common = _common_event(events, history.get(late_rank, []), late_rank, ranks[mi])
             starts = []
@@ -655,6 +675,8 @@ def analyze_skew(ix: RunIndex) -> SkewResult:
                 cause, _ = _cause(wl, wm, 0, ix, waited=False)
             if cause.kind is CauseKind.WAIT:
                 cause = Cause(kind=cause.kind, delta_ns=cause.delta_ns, blamed_from=blamed)
+            if not cause.passed_on:
+                cause_first_step = _first_step_of(cause, rts[li], starts[0], int(arr[li]), ix.names)
         if kind == "collective":
             for r, w in zip(ranks, rows, strict=True):
                 prev_row[(pg_name, r)] = w
@@ -682,6 +704,7 @@ def analyze_skew(ix: RunIndex) -> SkewResult:
                 blamed_rank=blamed,
                 late_by_ns=max(int(arr[li] - arr[mi]), 0),
                 cause=cause,
+                cause_first_step=cause_first_step,
                 pg_desc=pg.desc if (pg := run.process_groups.get(pg_name)) is not None else "",
                 clock_contradicted=(kind, k) in contradicted,
             )
