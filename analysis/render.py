@@ -445,22 +445,25 @@ def what_if_notes(result: AnalysisResult, ranks: Sequence[int]) -> list[WhatIf]:
     held: dict[int, dict[str | None, dict[int, int]]] = defaultdict(
         lambda: defaultdict(lambda: defaultdict(int))
     )
-    on_median: set[tuple[int, str]] = set()  # (rank, scope) where the median member ran the scope too
-    # (rank, scope) -> event's step -> the earliest step of the scope's rows in the late member's window
-    grew_from: dict[tuple[int, str], dict[int, int]] = defaultdict(dict)
+    on_median: set[tuple[int, str | None]] = set()  # (rank, scope) where the median member ran the scope too
+    # (rank, what) -> event's step -> the earliest step where it grew in the late member's window
+    grew_from: dict[tuple[int, str | None], dict[int, int]] = defaultdict(dict)
     for e in result.skew.events:
         c = e.cause
         if c.passed_on or e.clock_contradicted or e.step not in wanted or e.total_exposed_wait_ns <= 0:
             continue
         if c.kind is CauseKind.HOST_GAP:
-            held[e.blamed_rank][None][e.step] += e.total_exposed_wait_ns
+            what: str | None = None
         elif c.kind is CauseKind.COMPUTE and c.ops and _stalled_op(c):
-            held[e.blamed_rank][c.ops[0][0]][e.step] += e.total_exposed_wait_ns
-            if e.cause_first_step >= 0:
-                at = grew_from[(e.blamed_rank, c.ops[0][0])]
-                at[e.step] = min(at.get(e.step, e.step), e.cause_first_step)
-            if c.op_median_ns > 0:
-                on_median.add((e.blamed_rank, c.ops[0][0]))
+            what = c.ops[0][0]
+        else:
+            continue
+        held[e.blamed_rank][what][e.step] += e.total_exposed_wait_ns
+        if e.cause_first_step >= 0:
+            at = grew_from[(e.blamed_rank, what)]
+            at[e.step] = min(at.get(e.step, e.step), e.cause_first_step)
+        if what is not None and c.op_median_ns > 0:
+            on_median.add((e.blamed_rank, what))
     out = []
     for r in ranks:
         for what, by_step in held.get(r, {}).items():
@@ -468,8 +471,7 @@ def what_if_notes(result: AnalysisResult, ranks: Sequence[int]) -> list[WhatIf]:
             if total < floor or 2 * total < caused.get(r, 0):
                 continue
             steps = _what_if_steps(by_step, step_floor, len(wanted))
-            if what is not None:
-                steps = _grown_since(steps, grew_from[(r, what)], min(wanted), max(wanted))
+            steps = _grown_since(steps, grew_from[(r, what)], min(wanted), max(wanted))
             out.append(_what_if_text(r, what, steps, alone=(r, what) not in on_median))
     return out
 

@@ -35,7 +35,7 @@ waiting rank before they are summed. Pure functions; rendering is elsewhere.
 from __future__ import annotations
 
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -191,10 +191,11 @@ class SkewEvent:
     pg_desc: str = ""
     """The group's description as the capture recorded it (``mesh_dp`` for a DeviceMesh dimension)."""
     cause_first_step: int = -1
-    """Of a ``compute grew`` cause: the earliest step of the late member's rows of the cause's first-named
-    op in its window (the work the cause compares, since the previous synchronisation point), which may
-    be steps before :attr:`step` where the window spans steps without this group's collectives (Local SGD
-    averaging every K steps: the slow forward of all K local steps); else -1."""
+    """Of a ``compute grew`` or ``host idle/gap`` cause (not passed on): the earliest step where what it
+    names grew in the late member's window (since the previous synchronisation point) against the median
+    member's (:func:`_first_step_of`), which may be steps before :attr:`step` where the window spans steps
+    without this group's collectives (Local SGD averaging every K steps: the slow forward of all K local
+    steps); else -1."""
     clock_contradicted: bool = False
     """Whether the members' recorded times contradict each other (a member done before one it waits for
     began: clocks that disagree, :func:`~skewlens.replay.execution.clock_contradictions`): its skew, waits
@@ -455,19 +456,52 @@ def _cause(
     return Cause(kind=kind, delta_ns=deltas[kind]), late.max_wait_row
 
 
-def _first_step_of(cause: Cause, ri: RankIndex, a: int, b: int, names: Sequence[str]) -> int:
-    """:attr:`SkewEvent.cause_first_step`: the earliest step of ``ri``'s rows begun in ``[a, b)`` that
-    the compute cause ``cause``'s first-named op labels (:func:`_short`, as the cause names it); -1 for
-    another cause, or none in a step."""
-    if cause.kind is not CauseKind.COMPUTE or not cause.ops:
+#: :func:`_first_step_of`: the earliest step of a window holding this share of what grew in it, or more.
+FIRST_STEP_SHARE = 0.1
+
+
+def _first_step_of(
+    cause: Cause, ix: RunIndex, late: tuple[RankIndex, int, int], med: tuple[RankIndex, int, int]
+) -> int:
+    """:attr:`SkewEvent.cause_first_step`: the earliest step where the late member's window (``late``: its
+    rank, from, to) grew by :data:`FIRST_STEP_SHARE` of what the cause names or more against the median
+    member's (``med``), step by step: the cause's first-named op (compute: its rows begun in the window,
+    by the label the cause shows it by, :func:`_short`) or the idle time (host gap); -1 for another cause,
+    or none grew so."""
+    if cause.kind is CauseKind.COMPUTE and cause.ops:
+        label = _short(cause.ops[0][0])
+        grew = _op_by_step(*late, ix.names, label)
+        grew.subtract(_op_by_step(*med, ix.names, label))
+    elif cause.kind is CauseKind.HOST_GAP:
+        grew = _idle_by_step(ix, *late)
+        grew.subtract(_idle_by_step(ix, *med))
+    else:
         return -1
+    total = sum(max(g, 0) for g in grew.values())
+    held = [st for st, g in grew.items() if st >= 0 and g > 0 and g >= FIRST_STEP_SHARE * total]
+    return min(held) if held else -1
+
+
+def _op_by_step(ri: RankIndex, a: int, b: int, names: Sequence[str], label: str) -> Counter[int]:
+    """Step -> the work of ``ri``'s rows begun in ``[a, b)`` that ``label`` names (:func:`_short`)."""
     rows = rows_starting_in(ri, a, b)
-    label = _short(cause.ops[0][0])
     ids = np.unique(ri.gname[rows])
     named = ids[[_short(names[int(i)]) == label for i in ids]] if ids.size else ids
-    steps = ri.trace.step[rows[np.isin(ri.gname[rows], named)]]
-    steps = steps[steps >= 0]
-    return int(steps.min()) if steps.size else -1
+    rows = rows[np.isin(ri.gname[rows], named)]
+    out: Counter[int] = Counter()
+    for st, w in zip(ri.trace.step[rows].tolist(), ri.work_ns[rows].tolist(), strict=True):
+        out[st] += w
+    return out
+
+
+def _idle_by_step(ix: RunIndex, ri: RankIndex, a: int, b: int) -> Counter[int]:
+    """Step -> ``ri``'s idle time (no node running) in ``[a, b)`` inside that step's span."""
+    out: Counter[int] = Counter()
+    for (r, st), (lo, hi) in ix.step_spans.items():
+        x, y = max(lo, a), min(hi, b)
+        if r == ri.rank and x < y:
+            out[st] += (y - x) - (ri.cov_all.upto_one(y) - ri.cov_all.upto_one(x))
+    return out
 
 
 def _window_start(
@@ -676,7 +710,8 @@ def analyze_skew(ix: RunIndex) -> SkewResult:
             if cause.kind is CauseKind.WAIT:
                 cause = Cause(kind=cause.kind, delta_ns=cause.delta_ns, blamed_from=blamed)
             if not cause.passed_on:
-                cause_first_step = _first_step_of(cause, rts[li], starts[0], int(arr[li]), ix.names)
+                late_window = (rts[li], starts[0], int(arr[li]))
+                cause_first_step = _first_step_of(cause, ix, late_window, (rts[mi], starts[1], int(arr[mi])))
         if kind == "collective":
             for r, w in zip(ranks, rows, strict=True):
                 prev_row[(pg_name, r)] = w

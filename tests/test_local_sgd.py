@@ -13,6 +13,7 @@ from pathlib import Path
 from test_host_idle import printed_stragglers, replay_lines, what_if_step_times
 
 from skewlens.analysis import analyze_run
+from skewlens.analysis.records import CauseKind
 from skewlens.profiler.store import load_run
 from skewlens.profiler.store.model import RunTrace
 from skewlens.profiler.synth import RunBuilder
@@ -26,7 +27,9 @@ STEPS, K, MM_NS, FWD_NS, SLOW_NS, XFER_NS, BCAST_NS = 8, 4, 1_000_000, 100_000, 
 FORWARD = "Net.forward"
 
 
-def _local_sgd_run(tmp_path: Path) -> RunTrace:
+def _local_sgd_run(tmp_path: Path, slow: str = FORWARD) -> RunTrace:
+    """The run above; ``slow``: what runs ``SLOW_NS`` on rank 1 each step, the forward scope's
+    ``FORWARD`` (longer) or an ``untraced`` node after it (a sleep in no operator: untraced host time)."""
     b = RunBuilder(world_size=2)
     t = {0: BCAST_NS, 1: BCAST_NS}
     for r in (0, 1):
@@ -36,8 +39,11 @@ def _local_sgd_run(tmp_path: Path) -> RunTrace:
     for s in range(STEPS):
         for r in (0, 1):
             rb = b.rank(r).step(s)
-            fwd = FWD_NS + (SLOW_NS if r == 1 else 0)
+            fwd = FWD_NS + (SLOW_NS if r == 1 and slow == FORWARD else 0)
             rb.compute(FORWARD, dur_ns=fwd, start_ns=t[r])
+            if r == 1 and slow != FORWARD:
+                rb.compute(slow, dur_ns=SLOW_NS)
+                fwd += SLOW_NS
             rb.compute("aten::mm", dur_ns=MM_NS)
             t[r] += fwd + MM_NS
         if s % K == K - 1:
@@ -79,6 +85,22 @@ def test_the_what_if_takes_the_slow_scope_away_from_every_local_step_and_the_pee
     # alone, which left 3 of the 4 local steps' slow forward, and 15 ms of each 20 ms wait
     assert line.endswith(f"""'slowdown.entries=[{{kind:op,ranks:[1],factor:0,pattern:"{FORWARD}"}}]'"""), line
     # rank 1 now runs faster than rank 0, which waits for nobody: its own work and the transfer
+    assert what_if_step_times(run, tmp_path, rank=0) == {
+        s: (BCAST_NS if s == 0 else 0) + FWD_NS + MM_NS + (XFER_NS if s % K == K - 1 else 0)
+        for s in range(STEPS)
+    }
+
+
+def test_the_host_idle_what_if_takes_untraced_time_away_from_every_local_step_and_the_wait_vanishes(
+    tmp_path: Path,
+) -> None:
+    run = _local_sgd_run(tmp_path, "untraced")
+    (e, later) = [e for e in analyze_run(run).skew.events if e.comm_type == "ALL_REDUCE"]
+    assert e.cause.kind is CauseKind.HOST_GAP and e.cause.delta_ns == K * SLOW_NS
+    assert (e.cause_first_step, later.cause_first_step) == (0, K)
+    (line,) = replay_lines(printed_stragglers(analyze_run(run), 400))
+    # before: the averaging steps 3 and 7 alone, an item each, which left 15 ms of each 20 ms wait
+    assert line.endswith("slowdown=host_idle slowdown.rank=1 slowdown.factor=0"), line
     assert what_if_step_times(run, tmp_path, rank=0) == {
         s: (BCAST_NS if s == 0 else 0) + FWD_NS + MM_NS + (XFER_NS if s % K == K - 1 else 0)
         for s in range(STEPS)
