@@ -36,3 +36,16 @@ def test_finishing_a_captured_replay_twice_drops_only_the_pre_roll_step(tmp_path
     assert sorted({s.step for s in m.steps}) == [2, 3, 4]
     assert steps_in_trace(run, 0) == steps_in_trace(run, 1) == {2, 3, 4}
     assert m.source == "replay" and m.notes["pre_roll_step"].startswith("step 1 ")
+
+
+def test_a_captured_replay_numbers_its_steps_as_the_replayed_run_did(tmp_path: Path) -> None:
+    # a run recorded from step 5 (window 4:1:3, say): before, its replay read steps 2-4 whatever the run's
+    orig = RunBuilder(world_size=2)
+    for r in (0, 1):
+        for s in (5, 6, 7):
+            orig.rank(r).step(s).compute("compute", dur_ns=1_000_000)
+    orig.write(tmp_path / "orig")
+    run = captured_replay(tmp_path / "run")
+    finish_capture(run, source_run=tmp_path / "orig", node_aligned=tmp_path / "aligned")
+    assert sorted({s.step for s in read_manifest(run).steps}) == [5, 6, 7]
+    assert steps_in_trace(run, 0) == steps_in_trace(run, 1) == {5, 6, 7}
