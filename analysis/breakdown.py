@@ -162,6 +162,8 @@ class OutlierStep:
     """The bytes those calls moved."""
     median_step_bytes: int = 0
     """The median of that rank's steps' bytes."""
+    waited_ns: int = 0
+    """That rank's exposed wait for its peers in the step."""
     compiled: bool = False
     """torch.compile compiled in the step on that rank (it holds a node of compile-time work:
     :func:`~skewlens.profiler.vocab.names_compile_work`)."""
@@ -175,11 +177,19 @@ class OutlierStep:
         return parts
 
     @property
+    def waited(self) -> bool:
+        """Half or more of its excess over the median step was that rank's exposed wait for its peers: a
+        step held up by a late rank, such as Local SGD's model average after K local steps, not more work."""
+        return self.waited_ns > 0 and 2 * self.waited_ns >= self.worst_step_ns - self.median_step_ns
+
+    @property
     def more_work(self) -> bool:
         """It made over :data:`OUTLIER_FACTOR` times its rank's median step's communication calls or moved
         over that times its bytes: a step of other work (a prefill among decode steps, a longer request), not
-        a slow one."""
-        return bool(self._more())
+        a slow one; nor one that was mostly a wait for its peers (:attr:`waited`): before, 2 gloo ranks of
+        Local SGD, whose average every 4th step (2x the median step's calls and bytes) waited 127.6 ms of
+        140.2 for the slow rank, read 'more work, such as an evaluation pass'."""
+        return bool(self._more()) and not self.waited
 
     def describe(self) -> str:
         ratio = self.worst_step_ns / self.median_step_ns
@@ -190,6 +200,8 @@ class OutlierStep:
         )
         more = self._more()
         work = f"; {' and '.join(more)} of the median step" if more else ""
+        if self.waited:
+            work += f"; {ms_text(self.waited_ns)} ms of it waiting for its peers"
         compiled = "; torch.compile compiled in it" if self.compiled else ""
         return (
             f"step {self.step} took {ratio:.1f}x the median step ({where}: {ms_text(self.worst_step_ns)} "
@@ -258,6 +270,7 @@ def outlier_steps(
     rank = np.fromiter((b.rank for b in records), dtype=np.int64, count=len(records))
     step = np.fromiter((b.step for b in records), dtype=np.int64, count=len(records))
     length = np.fromiter((b.step_ns for b in records), dtype=np.int64, count=len(records))
+    waited = np.fromiter((b.exposed_wait_ns for b in records), dtype=np.int64, count=len(records))
     known = step_work or {}
     work = np.array([known.get((b.rank, b.step), (0, 0)) for b in records], dtype=np.int64).reshape(-1, 2)
     calls, moved = work[:, 0], work[:, 1]
@@ -281,6 +294,7 @@ def outlier_steps(
                 median_step_calls=int(med_calls[worst]),
                 step_bytes=int(moved[worst]),
                 median_step_bytes=int(med_moved[worst]),
+                waited_ns=int(waited[worst]),
                 compiled=(int(rank[worst]), s) in compiled,
             )
         )

@@ -790,6 +790,15 @@ def outliers_note(result: AnalysisResult, *, most: int = 3) -> str | None:
         if work
         else ""
     )
+    # a step its worst rank spent mostly waiting for its peers is a late rank's (Local SGD's or DiLoCo's
+    # average after steps with no collective), not more work: before, an average read 'more work'
+    late = sum(o.waited for o in found)
+    why += (
+        f"{'it' if len(found) == 1 else f'{late:,} of them'} mostly waited for a late peer: see the "
+        "stragglers and the collectives above; "
+        if late
+        else ""
+    )
     # a step in which torch.compile compiled (the first, a recompile) is warm-up, however long: before, a
     # 2-rank compiled TP capture from step 0 named that step (11.0 s against 19.6 ms) as 'more work, such as
     # a prefill', and the stragglers table its slower compiler's rank

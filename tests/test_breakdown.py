@@ -479,3 +479,24 @@ def test_a_step_whose_collectives_a_flight_recorder_lost_is_not_complete_on_any_
     assert rt.incomplete_steps == (1,)
     got = {(x.rank, x.step): x.complete for x in analyze_breakdown(build_index(rt))}
     assert got == {(r, s): s != 1 for r in range(2) for s in range(3)}
+
+
+def test_a_local_sgd_average_that_mostly_waited_for_a_late_peer_is_no_more_work() -> None:
+    # rank 0 of Local SGD averaging every 4th step: local steps of 3 ms with one call (DDP's all_reduce on a
+    # group of one), the average's step 2 calls, 2x the bytes, 140 ms of which 127 waiting for the slow
+    # rank. Before: 'more work, such as an evaluation pass'
+    recs = _steps({0: [3, 3, 3, 140, 3, 3, 3, 131]})
+    recs = [
+        replace(b, exposed_wait_ns=(127 if b.step == 3 else 119 if b.step == 7 else 0) * MS) for b in recs
+    ]
+    work = {(0, s): ((2, 2048) if s in (3, 7) else (1, 1024)) for s in range(8)}
+    first, second = outlier_steps(recs, step_work=work)
+    assert (first.step, first.more_work, second.step, second.more_work) == (3, False, 7, False)
+    assert first.waited
+    assert first.describe() == (
+        "step 3 took 46.7x the median step (rank 0: 140.0 against 3.000 ms; 2.0x the collectives and 2.0x "
+        "the bytes of the median step; 127.0 ms of it waiting for its peers)"
+    )
+    # a step that waited under half its excess did more work still
+    busy = replace(first, waited_ns=60 * MS)
+    assert busy.more_work and not busy.waited
