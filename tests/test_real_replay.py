@@ -2141,8 +2141,9 @@ def test_two_hosts_replaying_one_run_into_one_out_both_print_the_same_table_and_
     replayed = load_run(out / "run", match=False)
     m = replayed.manifest
     assert (m.world_size, m.ranks, m.source) == (2, (0, 1), "replay")
-    # the pre-roll step dropped once: a second host finishing it again would drop replayed step 2 too
-    assert {r: sorted(s.step for s in m.steps if s.rank == r) for r in (0, 1)} == {0: [2, 3, 4], 1: [2, 3, 4]}
+    # the pre-roll step dropped once (a second host finishing it again would drop the first replayed step
+    # too), the replayed steps numbered as the run's 0-2 (before, the profiler's 2-4)
+    assert {r: sorted(s.step for s in m.steps if s.rank == r) for r in (0, 1)} == {0: [0, 1, 2], 1: [0, 1, 2]}
     logs = sorted(f.name for f in (out / "real" / "work").glob("launcher*.log"))
     assert logs == sorted(f"launcher.{socket.gethostname()}.{h.pid}.log" for h in hosts)
     assert not (out / "real-failed").exists()
