@@ -505,16 +505,25 @@ def _idle_by_step(ix: RunIndex, ri: RankIndex, a: int, b: int) -> Counter[int]:
 
 
 def _window_start(
-    ix: RunIndex, ri: RankIndex, prev_row: int | None, row: int, collective: bool
+    ix: RunIndex, ri: RankIndex, prev_row: int | None, row: int, collective: bool, *, first_step: int
 ) -> tuple[int, int]:
     """Start of a member's window: the previous instance of the group (collectives), else the rank's
     step start (collectives) or its last completed communication (p2p), else its step start (p2p), else
     its first timed node (not the process-group METADATA node at 0 ns); and the row of the completed
-    communication that start is, a synchronisation point (-1 for a step start or first node)."""
+    communication that start is, a synchronisation point (-1 for a step start or first node). A collective
+    without a previous instance starts at the rank's first recorded step (``first_step``; -1: none)."""
     arrival = int(ri.trace.start_ns[row])
     if prev_row is not None:
         return int(ri.end_ns[prev_row]), prev_row
-    span = ix.step_spans.get((ri.rank, int(ri.trace.step[row])))
+    step = int(ri.trace.step[row])
+    if collective:
+        # the rank's first recorded step: where members share no earlier event (the caller's common event),
+        # the steps before this one hold what they did since the last synchronisation too (Local SGD's or
+        # DiLoCo's first average of a trace, after K local steps); before, this step's start alone, which
+        # read the first outer all_reduce of a DiLoCo loop (5 local steps, a 30 ms sleep each on rank 1)
+        # as 'host idle/gap +101.2 ms' of a 119.2 ms wait
+        step = first_step if first_step >= 0 else step
+    span = ix.step_spans.get((ri.rank, step))
     step_start = span[0] if span is not None and span[0] <= arrival else None
     if collective and step_start is not None:
         return step_start, -1
@@ -613,6 +622,10 @@ def analyze_skew(ix: RunIndex) -> SkewResult:
     last_arrival = [int(mem.arrival_ns[lo:hi].max()) for lo, hi in bounds]
     order = sorted(range(len(raw)), key=lambda i: (last_arrival[i], i))
     prev_row: dict[tuple[str, int], int] = {}  # (pg_name, rank) -> row of the previous instance
+    first_step: dict[int, int] = {}  # rank -> its first recorded step
+    for r, st in ix.step_spans:
+        if st >= 0:
+            first_step[r] = min(first_step.get(r, st), st)
     blamed_row: dict[int, I64] = {r: np.full(len(ri.trace), -1, dtype=np.int64) for r, ri in ix.ranks.items()}
     cause_of: dict[tuple[int, int], Cause] = {}
     history: dict[int, list[int]] = {}  # rank -> indexes into events of the events it took part in
@@ -659,7 +672,9 @@ def analyze_skew(ix: RunIndex) -> SkewResult:
                     completed += done <= arr[j]
                     continue
                 prev = prev_row.get((pg_name, ranks[j])) if kind == "collective" else None
-                t, sync_row = _window_start(ix, rts[j], prev, rows[j], kind == "collective")
+                t, sync_row = _window_start(
+                    ix, rts[j], prev, rows[j], kind == "collective", first_step=first_step.get(ranks[j], -1)
+                )
                 starts.append(min(t, int(arr[j])))
                 synced = synced or sync_row >= 0
                 start_row = sync_row if j == li else start_row
