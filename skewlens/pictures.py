@@ -20,7 +20,9 @@ def figure_class() -> Any:
     cannot be written (a CI container's, a service account's) matplotlib printed two lines of its own on
     stderr ("mkdir -p failed for path .../.config/matplotlib", "Matplotlib created a temporary cache
     directory ... it is highly recommended to set the MPLCONFIGDIR environment variable") among the
-    command's warnings, and then drew from that temporary directory as well."""
+    command's warnings, and then drew from that temporary directory as well. Where matplotlib cannot be
+    imported at all (uninstalled, or a broken install), a one-line :class:`SkewlensError` says so: ``skewlens
+    analyze`` printed a 20-line traceback ending ``ImportError`` and wrote none of its outputs."""
     log = logging.getLogger("matplotlib")
     level = log.level
     log.setLevel(logging.ERROR)
@@ -28,6 +30,11 @@ def figure_class() -> Any:
         from matplotlib.figure import Figure
     except OSError as e:  # no cache directory it can write (HOME read-only and no temporary directory)
         raise SkewlensError(f"cannot draw pictures: {e}") from None
+    except ImportError as e:  # matplotlib (a dependency) missing or broken: a traceback said so before
+        raise SkewlensError(
+            f"cannot draw pictures: matplotlib cannot be imported ({e}); skewlens needs matplotlib>=3.8 "
+            "installed beside it"
+        ) from None
     finally:
         log.setLevel(level)
     return Figure

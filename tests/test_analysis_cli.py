@@ -6,6 +6,7 @@ import io
 import itertools
 import json
 import re
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -115,6 +116,25 @@ def test_missing_run_directory_is_a_one_line_error(
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "nope" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_pictures_without_an_importable_matplotlib_are_a_one_line_error_and_write_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # matplotlib uninstalled or broken (a None in sys.modules makes its import raise ModuleNotFoundError, as
+    # an absent package does): analyze printed a 20-line traceback ending "ImportError" and exit code 1
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    run = build_one_slow_rank(tmp_path)
+    out = tmp_path / "out"
+    assert main(["analyze", str(run), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert err[0].startswith("skewlens analyze: error: cannot draw pictures: matplotlib cannot be imported (")
+    assert err[0].endswith("); skewlens needs matplotlib>=3.8 installed beside it")
+    assert not out.exists()
+    # without pictures it needs no matplotlib
+    assert main(["analyze", str(run), "--out", str(out), "--no-pictures"]) == 0
+    assert sorted(p.suffix for p in out.iterdir()) == [".parquet"] * 5
 
 
 def test_an_out_that_is_the_runs_own_directory_is_a_one_line_error_and_writes_nothing_there(
