@@ -4,7 +4,7 @@ One process per rank (``pid`` = rank), one track per stream/thread, a ``steps`` 
 recorded step (the step breakdown's span of it), plus a ``critical path`` track on each rank the path
 passes through holding copies of the path's nodes, and flow arrows (``ph: s/f``)
 wherever the path jumps from one rank to another (to a collective's last arriver or a late send). Times
-are µs at this edge, relative to the run's first node (``otherData.t0_ns`` keeps the origin).
+are µs at this edge, relative to the run's first node or step drawn (``otherData.t0_ns`` keeps the origin).
 
 The file is streamed a chunk of nodes at a time (:mod:`skewlens.replay.streaming`: formatted by Arrow
 kernels, never a dict per event) and atomically. At most ``max_events`` nodes are written (default
@@ -254,8 +254,6 @@ def write_perfetto(
         | ix.ranks[r].is_wait
         for r in ranks
     }
-    # the origin: the first start of a node written (not a METADATA node, which may be recorded at 0)
-    t0 = min((int(ix.ranks[r].trace.start_ns[k].min()) for r, k in written.items() if k.any()), default=0)
     cap = cap_events(
         written,
         {r: ix.ranks[r].trace.start_ns for r in ranks},
@@ -273,6 +271,16 @@ def write_perfetto(
     spans = StepSpans.of((b.rank, b.step, b.start_ns, b.end_ns) for b in result.breakdown)
     steps_kept = spans.kept(cap)
     step_ranks = set(spans.rank[steps_kept].tolist())
+    # the origin: the first start of a node written (not a METADATA node, which may be recorded at 0) or of a
+    # step drawn, which may begin before its first node (an imported Kineto trace's ProfilerStep: the
+    # 128-GPU trace's step 551 began 2.3 ms before it, at ts -2305.0, which Perfetto drops)
+    t0 = min(
+        (
+            *(int(ix.ranks[r].trace.start_ns[k].min()) for r, k in written.items() if k.any()),
+            *spans.start_ns[steps_kept].tolist(),
+        ),
+        default=0,
+    )
 
     def jobs() -> Iterator[tuple[int, np.ndarray, bool]]:
         for batch in rank_chunks(cap):

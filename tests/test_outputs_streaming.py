@@ -967,6 +967,32 @@ def test_the_analysis_trace_begins_at_the_first_node_of_any_rank(tmp_path: Path)
     ]
 
 
+def test_the_analysis_trace_begins_at_a_step_that_began_before_its_first_node(tmp_path: Path) -> None:
+    # a step mark (an imported Kineto trace's ProfilerStep) may begin before the first node it holds: the
+    # 128-GPU trace's step 551 began 2.3 ms before its first node, and its slice on the steps track was
+    # written at ts -2305.0, which Perfetto drops. Here rank 0's step 0 is marked from 3 ms, its one node
+    # at 5 ms: the origin is the step's start, the step drawn at 0 and the node at 2000 us
+    import dataclasses
+
+    from skewlens.profiler.manifest import read_manifest, write_manifest
+
+    b = RunBuilder(1)
+    b.rank(0).step(0).compute("aten::mm", 2 * MS, start_ns=5 * MS)
+    run = b.write(tmp_path / "run")
+    m = read_manifest(run)
+    write_manifest(run, dataclasses.replace(m, steps=(dataclasses.replace(m.steps[0], start_ns=3 * MS),)))
+    result = analyze_run(load_run(run), blame=False)
+    assert [(s.start_ns, s.end_ns) for s in result.breakdown] == [(3 * MS, 7 * MS)]
+    path = write_analysis_perfetto(result, tmp_path / "t.json")
+    doc = json.loads(path.read_text())
+    assert doc["otherData"]["t0_ns"] == 3 * MS
+    steps = [(e["ts"], e["dur"]) for e in doc["traceEvents"] if e["ph"] == "X" and e["cat"] == "step"]
+    assert steps == [(0.0, 4000.0)]
+    nodes = [(e["name"], e["ts"]) for e in _x_events(doc) if e["cat"] != "critical_path"]
+    assert nodes == [("aten::mm", 2000.0)]
+    assert lint(path).lines() == []
+
+
 def test_a_cap_inside_the_first_step_says_how_long_a_stretch_from_the_first_start_it_kept() -> None:
     # cap_events: the rows that start in the run's first stretch of time, told in the note as "the first
     # <until - first start> ms": starts 1, 2, 3 ms, cap 1 -> until 2 ms, the first 1.000 ms
