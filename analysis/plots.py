@@ -305,6 +305,11 @@ def _stacked_bars(
     for k, name in enumerate(names):
         ax.bar(labels, vals[:, k], bottom=bottom, label=name, color=colors[k])
         bottom += vals[:, k]
+    if bottom.size and bottom.max() > 0:
+        # matplotlib's 5% headroom above the tallest bar, set here: a top part of 0 on every bar (no idle)
+        # was drawn as an empty bar from the top, whose bottom the autoscale holds to ("sticky edges"), and
+        # the axis ended at the bars' tops, as if they were cut off there
+        ax.set_ylim(0, float(bottom.max()) * 1.05)
     ax.set_xlabel(xlabel)
     ax.set_ylabel("ms per step (mean)")
     ax.set_title(title)

@@ -1048,6 +1048,26 @@ def test_the_breakdown_picture_is_read_without_telling_red_from_green(
     assert_read_without_colour_names(drawn[0], ["compute", "exposed wait", "exposed transfer", "idle"])
 
 
+def test_the_breakdown_picture_leaves_room_above_its_tallest_bar_when_no_rank_idled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 2 ranks, one step of compute (2 ms; rank 1 5 ms) then an all_reduce to 5.3 ms: no idle on either, and
+    # the empty idle bars at the stacks' tops held matplotlib's autoscale there: the axis ended at 5.3 ms,
+    # the bars' tops on its frame, as if cut off
+    b = RunBuilder(2)
+    for r in (0, 1):
+        c = (2 + 3 * r) * MS
+        rb = b.rank(r).step(0)
+        rb.compute("aten::mm", c, start_ns=0)
+        rb.collective(CommType.ALL_REDUCE, comm_bytes=1 << 20, dur_ns=53 * MS // 10 - c)
+    drawn = drawn_figures(monkeypatch)
+    breakdown_bars(analyze_run(load_run(b.write(tmp_path / "run")), blame=False), tmp_path / "b.png")
+    ax = drawn[0].axes[0]
+    tops = [p.get_y() + p.get_height() for p in ax.patches]
+    assert max(tops) == pytest.approx(5.3)
+    assert ax.get_ylim() == pytest.approx((0.0, 5.3 * 1.05))
+
+
 def test_the_wait_heatmap_says_in_words_whom_the_most_wait_is_blamed_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
