@@ -372,6 +372,8 @@ class SweepSummary(Callback):
             console.print(f"sweep table: {sweep_dir / SWEEP_PARQUET}")
             if len(rows) >= 2:
                 console.print(f"sweep plot: {sweep_plot(rows, sweep_dir / SWEEP_PNG, failed=len(failed))}")
+            else:  # said: a sweep of 3 points, 2 of them failed, ended with no sweep.png and no word of it
+                console.print(f"sweep plot: none ({SWEEP_PNG} draws two or more finished jobs; 1 finished)")
         if not rows and not failed:  # Hydra launches nothing, silently, for a glob that matches nothing
             _fail(
                 "the sweep has no jobs: its overrides give no point (a glob(...) that matches no entry of "

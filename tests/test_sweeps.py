@@ -219,6 +219,20 @@ def test_a_sweep_whose_picture_cannot_be_drawn_is_an_error_with_its_table_kept(
     assert not (out / "sweep.png").exists()
 
 
+def test_a_sweep_with_one_finished_job_says_it_draws_no_picture(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # sweep.png compares two or more finished jobs: of one (a sweep of one point, or of several of which
+    # all but one failed) the sweep printed its table and no "sweep plot:" line, and wrote no picture,
+    # without a word
+    out = tmp_path / "sweep"
+    assert skewlens_main(["replay", "-m", f"trace={run_dir}", f"out={out}", "slowdown.factor=2.0"]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert "sweep plot: none (sweep.png draws two or more finished jobs; 1 finished)" in said
+    assert not (out / "sweep.png").exists()
+    assert [r["job"] for r in pq.read_table(out / "sweep.parquet").to_pylist()] == [0]
+
+
 def test_a_sweep_into_the_directory_of_an_earlier_one_first_removes_that_ones_job_outputs_and_table(
     tmp_path: Path,
 ) -> None:
