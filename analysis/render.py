@@ -386,13 +386,18 @@ ONE_OFF_OF_STEP = 0.1
 def uneven_wait_notes(result: AnalysisResult, ranks: Sequence[int]) -> list[str]:
     """For each of ``ranks`` where one step holds over :data:`UNEVEN_WAIT_SHARE` of the wait it made its peers
     wait in the steps the per-step figures are a mean over (of 3 steps or more), over twice its median
-    step's and over :data:`ONE_OFF_OF_STEP` of the job's median simulated step (with the what-if), that step,
-    its wait, its share and the median step's: a mean per step hides a one-off. A 333 ms ``gc.collect()`` on
-    rank 1 at one step of 10 read as a rank that made its peers wait about 34 ms every step, the what-if
-    (which compares typical steps) costing it about 0.6 ms a step."""
+    step's and over :data:`ONE_OFF_OF_STEP` of the job's median simulated step (with the what-if), the steps
+    a what-if names by that wait (:func:`_what_if_steps`, the same rule and floor; that step alone where it
+    names none or it alone), their waits, their share and the median step's: a mean per step hides a
+    one-off. A 333 ms ``gc.collect()`` on rank 1 at one step of 10 read as a rank that made its peers wait
+    about 34 ms every step, the what-if (which compares typical steps) costing it about 0.6 ms a step. Before,
+    the line named that step alone where the what-if under it named more: a DataLoader slow at every 5th
+    batch (2 gloo ranks), steps 4 and 9 holding 40% and 60% of the wait, read `in step 9 it made its peers
+    wait 282.2 ms, 60% of it` over a replay that took away steps 4 and 9, as if step 4 were fine."""
     steps = blame_step_ids(result)
     by_step = result.skew.caused_wait_by_step
     floor = ONE_OFF_OF_STEP * _median_step_ns(result)
+    step_floor = _what_if_step_floor(result)
     out = []
     for r in ranks:
         waits = [(by_step.get((r, s), 0), s) for s in steps]
@@ -403,12 +408,35 @@ def uneven_wait_notes(result: AnalysisResult, ranks: Sequence[int]) -> list[str]
         median = _typical_step([w for w, _s in waits])
         if worst <= UNEVEN_WAIT_SHARE * total or worst <= UNEVEN_OVER_MEDIAN * median or worst <= floor:
             continue
+        # the steps a what-if names by this wait: one rule for which steps (step 4 left out of a line over a
+        # replay taking steps 4 and 9 away read as if step 4 were fine)
+        wait = {s: w for w, s in waits}
+        runs = _what_if_steps(wait, step_floor, len(waits)) or ((step, step),)
+        named = [s for a, b in runs for s in range(a, b + 1)]
+        held = sum(wait[s] for s in named)
         out.append(
-            f"rank {r}'s caused wait is uneven over its steps: in step {step} it made its peers wait "
-            f"{ms_text(worst)} ms, {percent_text(worst, total, 0)}% of it, in its median step "
-            f"{ms_text(median)} ms"
+            f"rank {r}'s caused wait is uneven over its steps: in {_steps_text(runs)} it made its peers wait "
+            f"{_and_text([ms_text(wait[s]) for s in named])} ms, {percent_text(held, total, 0)}% of it, "
+            f"in its median step {ms_text(median)} ms"
         )
     return out
+
+
+def _steps_text(runs: Sequence[tuple[int, int]]) -> str:
+    """Runs of steps (first, last) as words: ``step 9``, ``steps 4 and 9``, ``steps 2, 4-6 and 9``."""
+    parts = [str(a) if a == b else f"{a}-{b}" for a, b in runs]
+    return f"step {parts[0]}" if len(runs) == 1 and runs[0][0] == runs[0][1] else f"steps {_and_text(parts)}"
+
+
+def _and_text(words: Sequence[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
+
+
+def _what_if_step_floor(result: AnalysisResult) -> float:
+    """The least wait at a step that a what-if (:func:`_what_if_steps`) names it for: :data:`ONE_OFF_OF_STEP`
+    of the job's median simulated step, and :data:`BLAMED_NS` or more."""
+    return max(BLAMED_NS, ONE_OFF_OF_STEP * _median_step_ns(result))
 
 
 def _median_step_ns(result: AnalysisResult) -> float:
@@ -439,7 +467,7 @@ def what_if_notes(result: AnalysisResult, ranks: Sequence[int]) -> list[WhatIf]:
     names ``slow_gpu`` for a rank's GPU."""
     wanted = set(blame_step_ids(result))
     caused = caused_wait_in_steps(result)
-    step_floor = max(BLAMED_NS, ONE_OFF_OF_STEP * _median_step_ns(result))
+    step_floor = _what_if_step_floor(result)
     floor = max(BLAMED_NS * len(wanted), ONE_OFF_OF_STEP * _median_step_ns(result))
     # rank -> what it did (None: untraced host time; else the op's name) -> step -> the wait it caused
     held: dict[int, dict[str | None, dict[int, int]]] = defaultdict(
@@ -486,16 +514,16 @@ WHAT_IF_STEP_SHARE = 0.1
 
 def _what_if_steps(by_step: Mapping[int, int], floor: float, steps: int) -> tuple[tuple[int, int], ...]:
     """The runs of consecutive steps (first, last) that a what-if of :func:`what_if_notes` takes the thing
-    away at: every step where it made the rank's peers wait ``floor`` (a one-off's least) and
-    :data:`WHAT_IF_STEP_SHARE` of the wait or more (the step holding most of it always), runs of consecutive
-    ones merged. None (every step) where those are every one of the ``steps``, or hold no more than
-    :data:`UNEVEN_WAIT_SHARE` of the wait (it is spread over many steps; two tied steps under the floor, the
-    first named alone, held exactly half: over half, as the rule below says); over :data:`WHAT_IF_STEPS` runs,
-    the rule before: the one step holding over :data:`UNEVEN_WAIT_SHARE` of the wait, else none (a scope in
-    every step, a data loader's, is not taken away at every step where it stalled at some). Before, that
-    rule was the only one: a checkpoint rank 0 wrote every 3rd step while its peers waited at a barrier, 62%
-    of their wait at step 3 and 35% at step 6 (2 gloo ranks), was given a replay that took away step 3's
-    alone."""
+    away at, and that the line of :func:`uneven_wait_notes` names by the rank's caused wait: every step where
+    it made the rank's peers wait ``floor`` (a one-off's least) and :data:`WHAT_IF_STEP_SHARE` of the wait or
+    more (the step holding most of it always), runs of consecutive ones merged. None (every step) where those
+    are every one of the ``steps``, or hold no more than :data:`UNEVEN_WAIT_SHARE` of the wait (it is spread
+    over many steps; two tied steps under the floor, the first named alone, held exactly half: over half, as
+    the rule below says); over :data:`WHAT_IF_STEPS` runs, the rule before: the one step holding over
+    :data:`UNEVEN_WAIT_SHARE` of the wait, else none (a scope in every step, a data loader's, is not taken
+    away at every step where it stalled at some). Before, that rule was the only one: a checkpoint rank 0
+    wrote every 3rd step while its peers waited at a barrier, 62% of their wait at step 3 and 35% at step 6
+    (2 gloo ranks), was given a replay that took away step 3's alone."""
     total = sum(by_step.values())
     worst = max(by_step, key=lambda s: (by_step[s], -s))
     least = max(floor, WHAT_IF_STEP_SHARE * total)

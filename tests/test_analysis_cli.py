@@ -500,6 +500,60 @@ def test_a_caused_wait_half_of_whose_steps_are_alike_is_not_named_as_uneven_agai
     assert _uneven_wait([0, 0, 30, 1]) == [f"{said}, in its median step 1.000 ms"]  # a figure some step has
 
 
+@pytest.mark.parametrize(
+    ("waits_ms", "said"),
+    [
+        # a DataLoader slow at every 5th batch (as measured on 2 gloo ranks): steps 4 and 9 hold 40% and 60%
+        # of the wait, and the what-if under the line takes both away; before, 'in step 9 it made its peers
+        # wait 282.2 ms, 60% of it', as if step 4 were fine
+        (
+            [0, 0, 0, 0, 190.3, 0, 0, 0, 0, 282.2],
+            (
+                "in steps 4 and 9 it made its peers wait 190.3 and 282.2 ms, 100% of it, in its median step "
+                "0.000 ms"
+            ),
+        ),
+        # consecutive steps as a run; 2 ms at step 5 is under a tenth of the wait (13.4 ms) and not named:
+        # 132 of 134 ms, 99% of it (before, 'in step 6 ... 90.000 ms, 67% of it')
+        (
+            [0, 14, 14, 14, 0, 2, 90, 0, 0, 0],
+            (
+                "in steps 1-3 and 6 it made its peers wait 14.000, 14.000, 14.000 and 90.000 ms, 99% of it, "
+                "in its median step 2.000 ms"
+            ),
+        ),
+    ],
+)
+def test_an_uneven_wait_names_every_step_its_what_if_takes_away_not_only_the_worst(
+    waits_ms: list[float], said: str
+) -> None:
+    assert _uneven_wait(waits_ms) == [f"rank 1's caused wait is uneven over its steps: {said}"]
+
+
+@pytest.mark.parametrize(
+    ("waits_ms", "said"),
+    [
+        # every step held (each a tenth of the wait or more): the what-if names none, the line its worst step
+        ([60, 20, 20], "in step 0 it made its peers wait 60.000 ms, 60% of it, in its median step 20.000 ms"),
+        # 5 runs, over the what-if's 4: the worst step alone, holding over half (51 of 99 ms); its median
+        # step the upper of the two middle ones, 12 ms
+        (
+            [51, 0, 12, 0, 12, 0, 12, 0, 12, 0],
+            "in step 0 it made its peers wait 51.000 ms, 52% of it, in its median step 12.000 ms",
+        ),
+        # step 1's 0.9 ms is 15% of the wait but under the what-if's floor, a tenth of the 10 ms median step
+        (
+            [0, 0.9, 0, 5, 0],
+            "in step 3 it made its peers wait 5.000 ms, 85% of it, in its median step 0.000 ms",
+        ),
+    ],
+)
+def test_an_uneven_wait_whose_what_if_names_no_other_step_names_its_worst_step_alone(
+    waits_ms: list[float], said: str
+) -> None:
+    assert _uneven_wait(waits_ms) == [f"rank 1's caused wait is uneven over its steps: {said}"]
+
+
 def test_a_cpu_runs_breakdown_table_keeps_its_steps_column(tmp_path: Path) -> None:
     result = analyze_run(load_run(build_one_slow_rank(tmp_path / "run")), blame=False)
     t = breakdown_table(result)

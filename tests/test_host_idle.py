@@ -56,6 +56,17 @@ def two_rank_run(tmp_path: Path, work: Callable[[RankBuilder, int, int, int], in
     return load_run(b.write(tmp_path / "run", level=level))
 
 
+def idle_run(tmp_path: Path, gaps: dict[int, int], *, compute_ns: int = 2_000_000) -> RunTrace:
+    """:func:`two_rank_run` at the ``collectives`` level, each rank computing ``compute_ns`` a step and rank 1
+    idling ``gaps[step]`` more before the all_reduce (untraced host time)."""
+
+    def work(rb: RankBuilder, r: int, s: int, t: int) -> int:
+        rb.compute("aten::mm", dur_ns=compute_ns, start_ns=t)
+        return t + compute_ns + (gaps.get(s, 0) if r == 1 else 0)
+
+    return two_rank_run(tmp_path, work, "collectives")
+
+
 def _gap_run(tmp_path: Path, *, untraced: bool = False) -> RunTrace:
     """2 ranks, 4 steps of a 2 ms compute and an all_reduce ending together on both ranks; at step 2 rank 1
     idles ``GAP_NS`` between its compute and the all_reduce (a recorded gap, or with ``untraced`` an
@@ -267,12 +278,7 @@ def test_analyze_names_the_host_idle_replay_at_every_step_where_the_rank_idled_n
     # also in a directory whose name has a space, a quote and brackets; before, the command sat in the
     # table's caption with trace=RUN, wrapped at 80 columns over four lines (inside the Hydra list too)
     gaps = {1: GAP_NS, 3: 3_000_000}
-
-    def work(rb: RankBuilder, r: int, s: int, t: int) -> int:
-        rb.compute("aten::mm", dur_ns=2_000_000, start_ns=t)
-        return t + 2_000_000 + (gaps.get(s, 0) if r == 1 else 0)
-
-    run = two_rank_run(tmp_path / folder, work, "collectives")
+    run = idle_run(tmp_path / folder, gaps)
     items = ", ".join(f"{{kind:host_idle,ranks:[1],first_step:{s},last_step:{s},factor:0}}" for s in gaps)
     printed = printed_stragglers(analyze_run(run), 80)
     assert "what if it were gone: the replay under the table" in " ".join(printed.split())
@@ -290,12 +296,7 @@ def test_analyze_names_one_host_idle_item_for_consecutive_steps_where_the_rank_i
     # rank 1 idles at steps 1 and 2: one run of steps, an entries item from step 1 to step 2 (the preset's
     # slowdown.step takes one step), and the replay pasted takes both gaps away
     gaps = {1: GAP_NS, 2: 3_000_000}
-
-    def work(rb: RankBuilder, r: int, s: int, t: int) -> int:
-        rb.compute("aten::mm", dur_ns=2_000_000, start_ns=t)
-        return t + 2_000_000 + (gaps.get(s, 0) if r == 1 else 0)
-
-    run = two_rank_run(tmp_path, work, "collectives")
+    run = idle_run(tmp_path, gaps)
     (line,) = replay_lines(printed_stragglers(analyze_run(run), 80))
     item = "{kind:host_idle,ranks:[1],first_step:1,last_step:2,factor:0}"
     assert line.endswith(f" out=OUT 'slowdown.entries=[{item}]'"), line
@@ -311,17 +312,30 @@ def test_a_step_of_a_job_of_many_short_steps_is_named_where_the_rank_idled_a_ten
     # wait the note is given for at all, 5 us a step (120 us), is no step's floor: both steps are named
     monkeypatch.setattr(sys.modules[__name__], "STEPS", 24)
     gaps = {2: 400_000, 5: 50_000}
-
-    def work(rb: RankBuilder, r: int, s: int, t: int) -> int:
-        rb.compute("aten::mm", dur_ns=10_000, start_ns=t)
-        return t + 10_000 + (gaps.get(s, 0) if r == 1 else 0)
-
-    run = two_rank_run(tmp_path, work, "collectives")
+    run = idle_run(tmp_path, gaps, compute_ns=10_000)
     (line,) = replay_lines(printed_stragglers(analyze_run(run), 80))
     items = ", ".join(f"{{kind:host_idle,ranks:[1],first_step:{s},last_step:{s},factor:0}}" for s in gaps)
     assert line.endswith(f" out=OUT 'slowdown.entries=[{items}]'"), line
     base = simulate(run).step_times()
     assert what_if_step_times(run, tmp_path, rank=0) == {s: t - gaps.get(s, 0) for s, t in base.items()}
+
+
+def test_the_uneven_wait_line_names_the_steps_the_host_idle_replay_under_it_takes_away(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 10 steps; rank 1 idles 19.03 ms at step 4 and 28.22 ms at step 9 (a data loader slow at every 5th
+    # batch: 40% and 60% of the wait). Before, the line named step 9 alone ('28.220 ms, 60% of it') over a
+    # replay that took away steps 4 and 9, as if step 4 were fine
+    monkeypatch.setattr(sys.modules[__name__], "STEPS", 10)
+    gaps = {4: 19_030_000, 9: 28_220_000}
+    run = idle_run(tmp_path, gaps)
+    assert (
+        "rank 1's caused wait is uneven over its steps: in steps 4 and 9 it made its peers wait 19.030 and "
+        "28.220 ms, 100% of it, in its median step 0.000 ms"
+    ) in stragglers_text(run)
+    (line,) = replay_lines(printed_stragglers(analyze_run(run), 80))
+    items = ", ".join(f"{{kind:host_idle,ranks:[1],first_step:{s},last_step:{s},factor:0}}" for s in gaps)
+    assert line.endswith(f" out=OUT 'slowdown.entries=[{items}]'"), line
 
 
 def what_if_step_times(run: RunTrace, tmp_path: Path, *, rank: int) -> dict[int, int]:
