@@ -41,11 +41,12 @@ an ordinary run of ``N·t`` ranks.
 see :mod:`skewlens.profiler.importers.convert`): on data-parallel groups, all_reduce, broadcast, reduce,
 barrier and reduce_scatter keep their bytes (gradient buckets are the model's; a reduce_scatter's input
 is the full gradient); under FSDP2 an all_gather's input is this rank's shard of a gathered size that
-stays, ``ceil(bytes · k / N)`` (FSDP2 pads shards to whole elements; padding below the byte is not
-modelled), but a gather into a list (:data:`LIST_GATHER_OPS`: metrics, objects) keeps its bytes, unless it
-gathers a reduce_scatter's size (FSDP1's flat parameter on the CPU: :func:`_kept_list_gathers`); under
-DDP an all_gather (metrics, objects) keeps its per-rank input. Replicated groups keep everything. The new
-run is meant for ``comm_mode=model``: the recorded transfers of k ranks say nothing about N.
+stays, ``bytes · k / N`` rounded up to whole elements of the recorded dtype (to the byte where none is
+recorded: :func:`_shard_bytes`; FSDP2's padding to whole dim-0 rows is not modelled), but a gather into a
+list (:data:`LIST_GATHER_OPS`: metrics, objects) keeps its bytes, unless it gathers a reduce_scatter's
+size (FSDP1's flat parameter on the CPU: :func:`_kept_list_gathers`); under DDP an all_gather (metrics,
+objects) keeps its per-rank input. Replicated groups keep everything. The new run is meant for
+``comm_mode=model``: the recorded transfers of k ranks say nothing about N.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ import numpy as np
 from skewlens.profiler.manifest import SCALE_NOTE, ProcessGroupInfo, StepSpan, creation_order, own_desc
 from skewlens.profiler.store.issues import by_reason, counted, rank_ranges, ranks_label
 from skewlens.profiler.store.model import CollectiveInstance, RankTrace, RunTrace, type_mask
-from skewlens.profiler.vocab import P2P_NODE_TYPES, CommType, NodeType
+from skewlens.profiler.vocab import P2P_NODE_TYPES, CommType, NodeType, dtype_bytes
 from skewlens.replay.errors import ConfigError, ExtrapolationError
 
 #: Words of a group description that name data parallelism (``mesh_dp``, ``dp_shard``, ``replicate``).
@@ -749,9 +750,9 @@ def _scaled_bytes(
     run: RunTrace, lay: Layout, dp: int, kept: Mapping[int, np.ndarray]
 ) -> dict[int, np.ndarray]:
     """Per captured rank, its ``comm_bytes`` at ``dp`` data-parallel ranks (the same array where none
-    changes): FSDP2's all_gather input is ``ceil(bytes * k / dp)``, everything else keeps its bytes, a gather
-    into a list (:data:`LIST_GATHER_OPS`: metrics, objects) too, but FSDP1's (``kept``:
-    :func:`_kept_list_gathers`)."""
+    changes): FSDP2's all_gather input is its shard at ``dp`` (:func:`_shard_bytes`), everything else
+    keeps its bytes, a gather into a list (:data:`LIST_GATHER_OPS`: metrics, objects) too, but FSDP1's
+    (``kept``: :func:`_kept_list_gathers`)."""
     out: dict[int, np.ndarray] = {}
     sharded = _dp_group_ids(run, lay)
     for r, rt in run.ranks.items():
@@ -768,9 +769,25 @@ def _scaled_bytes(
             out[r] = rt.comm_bytes
             continue
         b = rt.comm_bytes.copy()
-        b[rows] = -((-b[rows] * lay.dp_size) // dp)  # ceil(bytes * k / dp), in integers
+        b[rows] = _shard_bytes(b[rows], _element_bytes(rt)[rows], lay.dp_size, dp)
         out[r] = b
     return out
+
+
+def _element_bytes(rt: RankTrace) -> np.ndarray:
+    """Per row of ``rt``, the element size of its recorded dtype (``skl_dtype``), 1 where it records none
+    or one :func:`~skewlens.profiler.vocab.dtype_bytes` does not know."""
+    if rt.dtype_idx is None:
+        return np.ones(len(rt), dtype=np.int64)
+    sizes = np.array([dtype_bytes(d) or 1 for d in rt.dtypes] + [1], dtype=np.int64)
+    return sizes[rt.dtype_idx]  # -1 (no dtype) picks the 1 appended
+
+
+def _shard_bytes(nbytes: np.ndarray, element: np.ndarray, k: int, dp: int) -> np.ndarray:
+    """A shard's bytes at ``dp`` ranks, of what ``k`` ranks held ``nbytes`` each (the gathered size stays):
+    ``bytes * k / dp`` rounded up to whole elements of ``element`` bytes (1: to the byte), as FSDP2 pads
+    its shards; its padding of the dim-0 rows is not modelled (the trace has no shapes). In integers."""
+    return -((-nbytes * k) // (dp * element)) * element
 
 
 def _rooted_rows(run: RunTrace, replicated: np.ndarray) -> dict[int, tuple[np.ndarray, np.ndarray]]:

@@ -212,10 +212,30 @@ def test_fsdp2_step_time_follows_the_ring_all_gather_and_reduce_scatter_at_n(tmp
     assert transfers(sim)[0] == round((n - 1) * (ALPHA + FULL / (n * BW)))
 
 
-def test_a_shard_that_does_not_divide_rounds_up_to_the_byte(tmp_path: Path) -> None:
-    run = build(tmp_path / "fsdp2", world=2, schedule=FSDP2)
-    scaled = scale_run(run, 3)
-    assert {b for c in scaled.collectives if c.comm_type == AG for b in c.comm_bytes} == {-(-FULL // 3)}
+@pytest.mark.parametrize(
+    ("shard", "dtype", "n", "want"),
+    [
+        (2620, "float32", 3, 1748),  # 5,240 B gathered / 3 = 1,746.67 B: 437 float32 (it was 1,747 B)
+        (176, "float32", 1024, 4),  # 352 B / 1,024 = 0.34 B: one float32 (it was 1 B)
+        (FULL // 2, "float32", 3, 1_398_104),  # 4 MiB / 3 = 349,525.33 float32: 349,526 (it was 1,398,102 B)
+        (1000, "bfloat16", 3, 668),  # 2,000 B / 3 = 333.33 bfloat16: 334 (it was 667 B)
+        (1000, "", 3, 667),  # no dtype recorded (an empty skl_dtype): to the byte, as before
+        (1000, "float8_e8m0fnu", 3, 667),  # a dtype of unknown size: to the byte
+        (1000, "float32", 4, 500),  # a whole number of elements stays
+    ],
+)
+def test_a_shard_that_does_not_divide_rounds_up_to_whole_elements_of_its_recorded_dtype(
+    tmp_path: Path, shard: int, dtype: str, n: int, want: int
+) -> None:
+    # FSDP2 pads its shards to whole elements (and to whole dim-0 rows, which the trace cannot tell): a
+    # 2-rank capture's shard at n ranks was ceil(bytes * 2 / n) to the byte, a fraction of an element
+    b = RunBuilder(world_size=2)
+    for r in range(2):
+        b.rank(r).collective(AG, shard, 1_000_000, start_ns=0, name="c10d::_allgather_base_", dtype=dtype)
+        b.rank(r).collective(RS, 2 * shard, 1_000_000, start_ns=1_000_000, dtype=dtype)
+    scaled = scale_run(load_run(b.write(tmp_path / "fsdp2")), n)
+    assert [(c.comm_type, set(c.comm_bytes)) for c in scaled.collectives] == [(AG, {want}), (RS, {2 * shard})]
+    assert scaled.ranks[n - 1].comm_bytes.tolist()[-2:] == [want, 2 * shard]
 
 
 def test_source_copies_one_rank_and_a_seed_draws_reproducibly(tmp_path: Path) -> None:
