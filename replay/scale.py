@@ -573,7 +573,7 @@ def scale_run(
     left_out = sorted(set(run.ranks) - set(source_of.values()))
     if left_out:  # fewer replicas than captured, or a source or draw that skips some
         described += f"; captured rank(s) {rank_ranges(left_out)} copied by none: not in the replay"
-    described += _untraced_text(run) + _gather_caveat(run, lay, dp, kept)
+    described += _untraced_text(run) + _gather_caveat(run, lay, dp, kept) + _owner_caveat(run, lay, dp)
     manifest = dataclasses.replace(
         m,
         world_size=new_world,
@@ -717,6 +717,33 @@ def _gather_caveat(run: RunTrace, lay: Layout, dp: int, listed: Mapping[int, np.
     return (
         f"; {len(gathers)} all_gather(s) {what}on the data-parallel group (up to {largest:,} bytes a "
         f"rank{inside}) keep their bytes at {dp} ranks{tail}"
+    )
+
+
+def _owner_caveat(run: RunTrace, lay: Layout, dp: int) -> str:
+    """Where a data-parallel group broadcasts from more than one root, as ``ZeroRedundancyOptimizer``
+    broadcasts each parameter from the rank that owns it: the copies keep the captured roots, where at
+    ``dp`` ranks (but ``k``) an optimizer sharded by owner spreads the owners over ``dp`` (a 2-rank ZeRO
+    capture at 4: 5 of its 6 tensors from rank 1 and 1 from rank 0, the real 4-rank run from ranks 3, 3,
+    3, 2, 1, 0), which the trace cannot tell from broadcasts whose roots stay: say how many."""
+    if dp == lay.dp_size:
+        return ""
+    dp_names = {n for names in lay.dp_groups for n in names}
+    roots: dict[str, set[int]] = {}
+    count: Counter[str] = Counter()
+    for c in run.collectives:
+        if c.comm_type == CommType.BROADCAST and c.pg_name in dp_names:
+            count[c.pg_name] += 1
+            root = int(run.ranks[c.ranks[0]].src[c.rows[0]])
+            roots.setdefault(c.pg_name, set()).update([root] if root >= 0 else [])
+    many = [g for g, rs in roots.items() if len(rs) > 1]
+    if not many:
+        return ""
+    n = sum(count[g] for g in many)
+    k = sum(len(roots[g]) for g in many)
+    return (
+        f"; {n:,} broadcast(s) on the data-parallel group from {k:,} roots keep their captured roots at "
+        f"{dp:,} ranks, where an optimizer sharded by owner (ZeRO) would broadcast from others"
     )
 
 

@@ -1152,3 +1152,31 @@ def test_a_broadcasts_root_follows_its_copy_so_every_new_replica_replays_as_the_
     for r, src in scaled.source_ranks.items():
         ends.setdefault(src, set()).add(tuple(sim.end_ns[r].tolist()))
     assert sorted(ends) == [0, 1, 2, 3] and all(len(e) == 1 for e in ends.values())
+
+
+def test_broadcasts_from_several_roots_on_the_data_parallel_group_are_counted_as_possibly_zeros_owners(
+    tmp_path: Path,
+) -> None:
+    # ZeroRedundancyOptimizer broadcasts each parameter from its owner (here 3 from rank 1, 1 from rank 0):
+    # at N ranks its owners spread over N, where the copies keep the captured roots; the line said nothing
+    b = RunBuilder(world_size=2)
+    for r in range(2):
+        b.rank(r).collective(AR, BUCKETS[0], 1_000_000, start_ns=0)
+        for i, root in enumerate((1, 1, 1, 0)):
+            b.rank(r).collective(CommType.BROADCAST, 4096, 100_000, start_ns=1_000_000 * (i + 1), root=root)
+    zero = load_run(b.write(tmp_path / "zero"))
+    note = scale_run(zero, 1024).manifest.notes["scale"]
+    assert note.endswith(
+        "; 4 broadcast(s) on the data-parallel group from 2 roots keep their captured roots at 1,024 ranks, "
+        "where an optimizer sharded by owner (ZeRO) would broadcast from others"
+    )
+    assert "captured roots" not in scale_run(zero, 2).manifest.notes["scale"]  # at k ranks the owners are k's
+    # DDP's buffers broadcast from rank 0 only; a mesh's dp groups each from their own d = 0 member
+    ddp = build(tmp_path / "ddp", world=2, schedule=(*DDP, ("0", CommType.BROADCAST, 4096)), roots={"0": 0})
+    assert "captured roots" not in scale_run(ddp, 64).manifest.notes["scale"]
+    mesh_bcast = (*MESH, ("dp", CommType.BROADCAST, 4096))
+    roots = {"mesh_dp_0": 0, "mesh_dp_1": 1}
+    mesh = build(
+        tmp_path / "mesh", world=4, schedule=mesh_bcast, groups=MESH_GROUPS, group_of=MESH_OF, roots=roots
+    )
+    assert "captured roots" not in scale_run(mesh, 8).manifest.notes["scale"]
