@@ -218,8 +218,8 @@ class ModelTiming:
         ds = [self.topology.dims[d] for d in dims]
         if self.algorithm == "hierarchical" and len(dims) >= 2 and dims[0] == 0:
             p0, p1 = self.topology.group_layout(members)
-            # each ring's step to the next member (node) round the one ring dimension spanned, if any: its
-            # widest gap in hops there; every other dimension one α a step
+            # each ring's step to the next member (node) round the ring dimensions spanned, if any: the
+            # widest gap in hops of the one whose widest is largest (a torus); every other dimension one α
             order = self._ring_order_pairs(members)
             hopped = self._hop_alphas(adj, members, order)
             rings = self._ring_dims(dims) if order else ()
@@ -274,7 +274,8 @@ class ModelTiming:
         # messages between non-neighbours pay their farthest pair's hops (the group's, or an uneven
         # all_to_all's pairs') on every ring dimension the group spans, summed, whether or not the ring is the
         # slowest dimension; ring's and hierarchical's go to the next member round the ring, one hop where the
-        # group fills it, more where it does not (a 2 x 3 mesh's dp pair 0 and 3 on a ring of 6: 3 hops)
+        # group fills it, more where it does not (a 2 x 3 mesh's dp pair 0 and 3 on a ring of 6: 3 hops; on a
+        # torus, the largest of each ring's widest gap)
         ring_order = self.algorithm in ("ring", "hierarchical")
         alphas = self._hop_alphas(adj, members, self._ring_order_pairs(members) if ring_order else pairs)
         alpha = max(alphas[d] for d in dims)
@@ -516,30 +517,35 @@ class ModelTiming:
         return loads
 
     def _ring_order_pairs(self, members: tuple[int, ...]) -> tuple[tuple[int, int, float], ...]:
-        """The messages of a ring algorithm's step, for the hop rule (:meth:`_hop_alphas`): where the group
-        spans one ``ring`` dimension, from each unit it occupies there to the next occupied one round the ring
+        """The messages of a ring algorithm's step, for the hop rule (:meth:`_hop_alphas`): on a ``ring``
+        dimension the group spans, from each unit it occupies there to the next occupied one round the ring
         (the ring ordered by topology, as NCCL orders it, not by rank), so that a group that leaves units out
         pays the widest gap between its units by the shortest way (the dp pair 0 and 3 of a 2 x 3 mesh on a
         ring of 6: 3 hops, where one was charged, and a message between the two 3); on a group filling the
-        ring, one hop. Elsewhere none: one hop (a ring through a torus goes to a neighbour on one of them).
+        ring, one hop. Spanning several ring dimensions (a torus), those of the one whose widest gap is
+        largest, the others' ring steps no longer (ranks 0, 2, 8 and 10 of a 4 x 4 torus: 2 hops, where one
+        was charged; a group filling the torus, 1); none spanned: none, one hop.
         A ring inside each unit of the dimensions outside it (a ring of GPUs in each node) is each node's: the
         gaps are those between a node's own members (ranks 0, 2 and 5, 7 of two nodes of a ring of 4: 2 hops
         in each, where the units the nodes hold together, 0 to 3, fill the ring and were charged one)."""
-        rings = self._ring_dims(self._spanned(members))
-        if len(rings) != 1:
-            return ()
-        (d,) = rings
-        # outer position -> unit on the ring -> its first member
-        at: dict[tuple[int, ...], dict[int, int]] = {}
-        for r in members:
-            c = self.topology.coords(r)
-            at.setdefault(c[d + 1 :], {}).setdefault(c[d], r)
-        order = [(on, sorted(on)) for on in at.values()]
-        return tuple(
-            (on[a], on[b], 0.0)
-            for on, units in order
-            for a, b in zip(units, units[1:] + units[:1], strict=True)
-        )
+        widest: tuple[int, tuple[tuple[int, int, float], ...]] = (-1, ())
+        for d in self._ring_dims(self._spanned(members)):
+            size = self._ring_size(d, members)
+            # outer position -> unit on the ring -> its first member
+            at: dict[tuple[int, ...], dict[int, int]] = {}
+            for r in members:
+                c = self.topology.coords(r)
+                at.setdefault(c[d + 1 :], {}).setdefault(c[d], r)
+            order = [(on, sorted(on)) for on in at.values()]
+            steps = [
+                (on[a], on[b], min((b - a) % size, (a - b) % size))
+                for on, units in order
+                for a, b in zip(units, units[1:] + units[:1], strict=True)
+            ]
+            gap = max(hops for _a, _b, hops in steps)
+            if gap > widest[0]:
+                widest = (gap, tuple((a, b, 0.0) for a, b, _hops in steps))
+        return widest[1]
 
     def _ring_dims(self, dims: tuple[int, ...]) -> tuple[int, ...]:
         """The ``ring`` dimensions among ``dims``."""

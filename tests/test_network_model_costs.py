@@ -1045,3 +1045,25 @@ def test_a_ring_of_nodes_is_ordered_by_the_nodes_not_by_rank_under_a_round_robin
     assert rr.collective_time_ns(CommType.ALL_REDUCE, S, (0, 2, 5, 7)) == round(
         2 * 3 * (ALPHA + S / (4 * BW))
     )
+
+
+def test_a_ring_algorithm_on_a_group_that_leaves_units_of_both_rings_of_a_torus_out_pays_the_widest_gap() -> (
+    None
+):
+    # 4 x 4 (rank x + 4 y): ranks 0, 2, 8 and 10 are (0, 0), (2, 0), (0, 2), (2, 2), every ring step 2 hops
+    # on whichever ring it goes round: 2 alpha a step, where one hop was charged (2 · 3 (500 + S/200):
+    # 34,457 ns). A group filling the torus: its neighbours, one hop
+    torus = ModelTiming(_torus(4, 4), algorithm="ring")
+    got = torus.collective_time_ns(CommType.ALL_REDUCE, S, (0, 2, 8, 10))
+    assert got == round(2 * 3 * (2 * ALPHA + S / (4 * BW))) == 37_457
+    assert torus.collective_time_ns(CommType.ALL_REDUCE, S, range(16)) == round(
+        2 * 15 * (ALPHA + S / (16 * BW))
+    )
+    # the gaps of the ring with the wider ones: ranks 0, 1, 8 and 9 step 1 hop round the inner ring, 2 round
+    # the outer
+    got = torus.collective_time_ns(CommType.ALL_REDUCE, S, (0, 1, 8, 9))
+    assert got == round(2 * 3 * (2 * ALPHA + S / (4 * BW))) == 37_457
+    # ranks 0 and 9, (0, 0) and (1, 2): each step's message crosses both rings, 1 + 2 hops, as a message
+    # between the two pays; the all_reduce is no cheaper than that message
+    assert torus.collective_time_ns(CommType.ALL_REDUCE, S, (0, 9)) == round(2 * (3 * ALPHA + S / (2 * BW)))
+    assert torus.p2p_time_ns(0, 9, S) == round(3 * ALPHA + S / BW)
