@@ -10,7 +10,7 @@ from skewlens.analysis.critical_path import analyze_critical_path, shares
 from skewlens.analysis.index import build_index
 from skewlens.profiler.store import load_run
 from skewlens.profiler.synth import RunBuilder
-from skewlens.profiler.vocab import CommType
+from skewlens.profiler.vocab import UNTRACED_NODE_NAME, CommType
 
 
 def test_path_runs_through_the_straggler_and_accounts_for_the_whole_step(tmp_path: Path) -> None:
@@ -346,3 +346,133 @@ def test_of_two_ranks_compute_ending_at_once_the_path_begins_at_the_longer_whate
 
     assert path(0, "long0") == [(0, "aten::linear", 10 * MS)]
     assert path(1, "long1") == [(1, "aten::linear", 10 * MS)]
+
+
+def test_a_collective_queued_behind_two_rows_goes_through_the_one_that_ended_last_whatever_its_row(
+    tmp_path: Path,
+) -> None:
+    # rank 0's C3 (issued at 35 ms, done at 42) has two queue edges: C1, the first to end of the two before
+    # it on gloo's workers (at 40 ms), and "side", a 40 ms operator on another stream it depends on,
+    # recorded before C1 and still running at C3's issue (done at 41). Its transfer waited for "side" to
+    # 41 ms: C3 1 ms, then "side" (1 to 41 ms) and "fwd". Taking the queue source recorded last (C1), or
+    # the first to end, gave C3 2 ms and C1's path to rank 1, leaving "side" off the path
+    b = RunBuilder(2)
+    for r in (0, 1):
+        rb = b.rank(r).step(0)
+        t1, t2, t3 = (1 * MS, 2 * MS, 35 * MS) if r == 0 else (30 * MS, 31 * MS, 32 * MS)
+        h1 = rb.compute("fwd" if r == 0 else "slow", t1, start_ns=0)
+        side = rb.compute("side", 41 * MS - t1, start_ns=t1, stream=2, deps=(h1,))
+        c1 = rb.collective(CommType.ALL_REDUCE, 1 << 20, 40 * MS - t1, start_ns=t1, stream=1, deps=(h1,))
+        h2 = rb.compute("bwd1", 1 * MS, start_ns=t1)
+        c2 = rb.collective(CommType.ALL_REDUCE, 1 << 20, 41 * MS - t2, start_ns=t2, stream=1, deps=(h2,))
+        h3 = rb.compute("bwd2", t3 - t2, start_ns=t2)
+        c3 = rb.collective(CommType.ALL_REDUCE, 1 << 20, 42 * MS - t3, start_ns=t3, stream=1, deps=(h3, side))
+        rb.compute("c10d::wait", 42 * MS - t3, start_ns=t3, deps=(c1, c2, c3))
+        rb.compute("opt", 1 * MS + (100_000 if r == 0 else 0))
+    recs = analyze_critical_path(build_index(load_run(b.write(tmp_path / "run"))))
+    assert [(r.rank, r.name, r.via, r.contribution_ns) for r in recs] == [
+        (0, "opt", "dep", 1_100_000),
+        (0, "c10d::wait", "dep", 0),
+        (0, "c10d::all_reduce_", "dep", 42 * MS - 41 * MS),  # C3, after "side" ended
+        (0, "side", "dep", 40 * MS),
+        (0, "fwd", "end", 1 * MS),
+    ]
+    assert _path_sum_and_span(recs, 0) == (43_100_000, 43_100_000)
+
+
+def test_a_collective_whose_last_member_arrived_the_instant_it_completed_goes_to_that_member(
+    tmp_path: Path,
+) -> None:
+    # rank 0 arrives at 1 ms and waits; rank 1, late in "slow", arrives at 10 ms and the all_reduce
+    # completes the same instant (no transfer left). Rank 0's member waited 9 ms for rank 1: the path goes
+    # to rank 1's "slow" (10 ms); staying on rank 0 gave its all_reduce those 9 ms and "a" 1 ms
+    b = RunBuilder(2)
+    r0 = b.rank(0).step(0)
+    r0.compute("a", 1 * MS, start_ns=0)
+    r0.collective(CommType.ALL_REDUCE, 1 << 20, 9 * MS, start_ns=1 * MS)
+    r0.compute("b", 2 * MS)
+    r1 = b.rank(1).step(0)
+    r1.compute("slow", 10 * MS, start_ns=0)
+    r1.collective(CommType.ALL_REDUCE, 1 << 20, 0, start_ns=10 * MS)
+    recs = analyze_critical_path(build_index(load_run(b.write(tmp_path / "run"))))
+    assert [(r.rank, r.name, r.via, r.contribution_ns) for r in recs] == [
+        (0, "b", "dep", 2 * MS),
+        (0, "c10d::all_reduce_", "collective", 0),
+        (1, "c10d::all_reduce_", "dep", 0),
+        (1, "slow", "end", 10 * MS),
+    ]
+
+
+def _pair_path(
+    tmp_path: Path, *, before_send_ns: int, send_ns: int, before_recv_ns: int, recv_ns: int
+) -> list:
+    """Rank 0 computes "produce" from 0 for ``before_send_ns``, then sends (``send_ns`` long); rank 1
+    computes "prepare" for ``before_recv_ns``, receives (``recv_ns``), then "consume" (2 ms), which ends
+    the step. The path as ``(rank, name, via, contribution_ns)``."""
+    b = RunBuilder(2)
+    b.rank(0).step(0).compute("produce", before_send_ns, start_ns=0)
+    b.rank(0).send(1, 1 << 20, send_ns)
+    r1 = b.rank(1).step(0)
+    r1.compute("prepare", before_recv_ns, start_ns=0)
+    r1.recv(0, 1 << 20, recv_ns)
+    r1.compute("consume", 2 * MS)
+    recs = analyze_critical_path(build_index(load_run(b.write(tmp_path / "run"))))
+    return [(r.rank, r.name, r.via, r.contribution_ns) for r in recs]
+
+
+def test_a_recv_posted_before_its_eager_send_began_waits_for_that_send(tmp_path: Path) -> None:
+    # rank 1 posts the recv at 2.985 ms (done at 3.0); rank 0's send begins at 2.990 and ends at 2.995,
+    # within the clocks' skew of the recv's arrival, so it is eager: it waited for nobody. The recv still
+    # waited for the send to begin: the path goes recv (10 us after the send began) -> send -> "produce"
+    # (2.99 ms), not recv (15 us) -> "prepare"
+    path = _pair_path(
+        tmp_path, before_send_ns=2_990_000, send_ns=5_000, before_recv_ns=2_985_000, recv_ns=15_000
+    )
+    assert path == [
+        (1, "consume", "dep", 2 * MS),
+        (1, "c10d::recv_", "p2p", 3_000_000 - 2_990_000),
+        (0, "c10d::send", "dep", 0),
+        (0, "produce", "end", 2_990_000),
+    ]
+
+
+def test_a_recv_whose_send_began_the_instant_it_completed_goes_to_the_sender(tmp_path: Path) -> None:
+    # rank 1 posts the recv at 1 ms; rank 0 sends at 10 ms and the recv completes the same instant. The
+    # recv waited 9 ms for the send: the path goes to rank 0's "produce" (10 ms), not the recv's 9 ms and
+    # "prepare"
+    path = _pair_path(tmp_path, before_send_ns=10 * MS, send_ns=0, before_recv_ns=1 * MS, recv_ns=9 * MS)
+    assert path == [
+        (1, "consume", "dep", 2 * MS),
+        (1, "c10d::recv_", "p2p", 0),
+        (0, "c10d::send", "dep", 0),
+        (0, "produce", "end", 10 * MS),
+    ]
+
+
+def test_a_recv_whose_send_began_when_it_did_stays_on_its_own_rank(tmp_path: Path) -> None:
+    # both ranks reach the pair at 10 ms: the recv waited for no one (its send began with it), so the path
+    # stays on rank 1 ("prepare", its own 10 ms) and does not jump to the sender
+    path = _pair_path(
+        tmp_path, before_send_ns=10 * MS, send_ns=2 * MS, before_recv_ns=10 * MS, recv_ns=2 * MS
+    )
+    assert path == [
+        (1, "consume", "dep", 2 * MS),
+        (1, "c10d::recv_", "dep", 2 * MS),
+        (1, "prepare", "end", 10 * MS),
+    ]
+
+
+def test_untraced_host_time_on_the_path_is_idle_not_compute(tmp_path: Path) -> None:
+    # "a" (2 ms), 1 ms of host time the capture did not trace, then "b" (3 ms) after it: the untraced
+    # node is on the path, kind idle; the operators around it are compute
+    b = RunBuilder(1)
+    rb = b.rank(0).step(0)
+    a = rb.compute("a", 2 * MS, start_ns=0)
+    gap = rb.compute(UNTRACED_NODE_NAME, MS, start_ns=2 * MS, deps=(a,))
+    rb.compute("b", 3 * MS, start_ns=3 * MS, deps=(gap,))
+    recs = analyze_critical_path(build_index(load_run(b.write(tmp_path / "run"))))
+    assert [(r.name, r.kind, r.contribution_ns) for r in recs] == [
+        ("b", "compute", 3 * MS),
+        (UNTRACED_NODE_NAME, "idle", MS),
+        ("a", "compute", 2 * MS),
+    ]

@@ -1130,12 +1130,15 @@ def test_the_parquet_export_gives_each_gpu_nodes_launch_and_the_op_it_was_launch
     assert gpu_launched > 0 and host_launched == early == 0  # host nodes have none; none before its call
 
 
-def _sync_then_launch_run(tmp_path: Path, *, again: bool = False, twice: bool = False) -> RunTrace:
+def _sync_then_launch_run(
+    tmp_path: Path, *, again: bool = False, twice: bool = False, gemm_end_us: int = 105
+) -> RunTrace:
     """One rank, µs: ``aten::mm`` launches ``gemm`` (stream 7, 5-105); ``aten::index`` (20-120) synchronises
     on stream 7 (returns at 107, once ``gemm`` ended), then launches ``index_kernel`` (call at 110, kernel
     114-119), as ``aten::index`` does after its ``nonzero``; ``again``: then synchronises on stream 7 again
     (115-120: waits for ``index_kernel``); ``twice`` (with ``again``; ``aten::index`` 20-140): then launches
-    ``index_kernel2`` (call at 122, kernel 126-131) and synchronises on it (123-132)."""
+    ``index_kernel2`` (call at 122, kernel 126-131) and synchronises on it (123-132). ``gemm_end_us``: when
+    ``gemm`` ends and the first synchronise returns (at most 110, the call)."""
     evs: list[dict[str, Any]] = []
 
     def x(cat: str, name: str, ts: int, dur: int, **args: Any) -> None:
@@ -1146,10 +1149,19 @@ def _sync_then_launch_run(tmp_path: Path, *, again: bool = False, twice: bool = 
 
     x("cpu_op", "aten::mm", 0, 10, **{"External id": 1})
     x("cuda_runtime", "cudaLaunchKernel", 2, 2, correlation=1)
-    x("kernel", "gemm", 5, 100, device=0, stream=7, correlation=1)
+    x("kernel", "gemm", 5, gemm_end_us - 5, device=0, stream=7, correlation=1)
     x("cpu_op", "aten::index", 20, 120 if twice else 100, **{"External id": 2})
-    x("cuda_runtime", "cudaStreamSynchronize", 22, 85, correlation=2)
-    x("cuda_sync", "Stream Sync", 105, 1, cuda_sync_kind="Stream Sync", device=0, stream=7, correlation=2)
+    x("cuda_runtime", "cudaStreamSynchronize", 22, gemm_end_us - 20, correlation=2)
+    x(
+        "cuda_sync",
+        "Stream Sync",
+        gemm_end_us,
+        1,
+        cuda_sync_kind="Stream Sync",
+        device=0,
+        stream=7,
+        correlation=2,
+    )
     x("cuda_runtime", "cudaLaunchKernel", 110, 2, correlation=3)
     x("kernel", "index_kernel", 114, 5, device=0, stream=7, correlation=3)
     if again:
@@ -1274,6 +1286,25 @@ def test_the_critical_path_goes_from_a_launch_between_two_waits_to_the_copy_the_
     ]
     assert recs[-1].name == "aten::mm"
     assert sum(r.contribution_ns + r.gap_before_ns for r in recs) == recs[0].end_ns - recs[-1].start_ns
+
+
+def test_a_launch_called_the_instant_its_ops_first_wait_ended_is_held_by_that_wait(tmp_path: Path) -> None:
+    from skewlens.analysis.critical_path import analyze_critical_path
+    from skewlens.analysis.index import build_index
+
+    # gemm ends at 110 us, as aten::index's first synchronise returns and calls index_kernel's launch: the
+    # launch waited for gemm (a wait ending at the call held it), so gemm's 105 us (5-110) are on the path
+    # and aten::index none before the call. Taking only waits that ended before the call credited
+    # aten::index with its 90 us from its arrival (20) and left gemm off the path
+    run = _sync_then_launch_run(tmp_path, again=True, gemm_end_us=110)
+    recs = analyze_critical_path(build_index(run))
+    assert [(r.name, r.contribution_ns, r.gap_before_ns) for r in recs] == [
+        ("aten::index", 1_000, 0),
+        ("index_kernel", 5_000, 4_000),
+        ("aten::index", 0, 0),
+        ("gemm", 105_000, 3_000),
+        ("aten::mm", 2_000, 0),
+    ]
 
 
 def test_the_critical_path_goes_from_each_of_two_launches_between_three_waits_to_the_wait_just_before_it(
