@@ -218,13 +218,15 @@ class ModelTiming:
         ds = [self.topology.dims[d] for d in dims]
         if self.algorithm == "hierarchical" and len(dims) >= 2 and dims[0] == 0:
             p0, p1 = self.topology.group_layout(members)
-            # each ring's step to the next member (node) round the ring dimensions spanned, if any: the
-            # widest gap in hops of the one whose widest is largest (a torus); every other dimension one α
-            order = self._ring_order_pairs(members)
-            hopped = self._hop_alphas(adj, members, order)
-            rings = self._ring_dims(dims) if order else ()
+            # each phase's step to the next member (node) round its own dimension, if a ring: that ring's
+            # widest gap in hops (on a torus the inner ring's and the outer's apart: ranks 0, 1, 8, 9 of a
+            # 4 x 4 one 1 hop inside, 2 between nodes, where both paid the larger); every other dimension
+            # one α
+            rings = self._ring_dims(dims)
             hop_alphas = [
-                hopped[d] if d in rings else self.topology.dims[d].latency_ns + adj[d][1]
+                self._hop_alphas(adj, members, self._ring_order_pairs(members, d))[d]
+                if d in rings
+                else self.topology.dims[d].latency_ns + adj[d][1]
                 for d in range(len(self.topology.dims))
             ]
             inner = (hop_alphas[0], ds[0].effective_bandwidth_gbps * adj[0][0])
@@ -516,7 +518,9 @@ class ModelTiming:
                     loads[(d, -1 - index, c, step, *outer)] = acc
         return loads
 
-    def _ring_order_pairs(self, members: tuple[int, ...]) -> tuple[tuple[int, int, float], ...]:
+    def _ring_order_pairs(
+        self, members: tuple[int, ...], dim: int | None = None
+    ) -> tuple[tuple[int, int, float], ...]:
         """The messages of a ring algorithm's step, for the hop rule (:meth:`_hop_alphas`): on a ``ring``
         dimension the group spans, from each unit it occupies there to the next occupied one round the ring
         (the ring ordered by topology, as NCCL orders it, not by rank), so that a group that leaves units out
@@ -524,12 +528,16 @@ class ModelTiming:
         ring of 6: 3 hops, where one was charged, and a message between the two 3); on a group filling the
         ring, one hop. Spanning several ring dimensions (a torus), those of the one whose widest gap is
         largest, the others' ring steps no longer (ranks 0, 2, 8 and 10 of a 4 x 4 torus: 2 hops, where one
-        was charged; a group filling the torus, 1); none spanned: none, one hop.
+        was charged; a group filling the torus, 1); none spanned: none, one hop. ``dim``: that ring
+        dimension's steps only (a hierarchical phase's, which goes round its own ring: ranks 0, 1, 8 and 9
+        of the torus 1 hop round the inner ring, 2 round the outer), none where the group does not span it.
         A ring inside each unit of the dimensions outside it (a ring of GPUs in each node) is each node's: the
         gaps are those between a node's own members (ranks 0, 2 and 5, 7 of two nodes of a ring of 4: 2 hops
         in each, where the units the nodes hold together, 0 to 3, fill the ring and were charged one)."""
         widest: tuple[int, tuple[tuple[int, int, float], ...]] = (-1, ())
         for d in self._ring_dims(self._spanned(members)):
+            if dim is not None and d != dim:
+                continue
             size = self._ring_size(d, members)
             # outer position -> unit on the ring -> its first member
             at: dict[tuple[int, ...], dict[int, int]] = {}

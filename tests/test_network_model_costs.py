@@ -1067,3 +1067,22 @@ def test_a_ring_algorithm_on_a_group_that_leaves_units_of_both_rings_of_a_torus_
     # between the two pays; the all_reduce is no cheaper than that message
     assert torus.collective_time_ns(CommType.ALL_REDUCE, S, (0, 9)) == round(2 * (3 * ALPHA + S / (2 * BW)))
     assert torus.p2p_time_ns(0, 9, S) == round(3 * ALPHA + S / BW)
+
+
+def test_each_phase_of_a_hierarchical_all_reduce_on_a_torus_pays_its_own_rings_widest_gap() -> None:
+    # 4 x 4 (rank x + 4 y), nodes the rows (y): ranks 0, 1, 8 and 9 are 2 nodes (y 0 and 2) of 2 neighbours
+    # (x 0 and 1): the inner ring steps 1 hop, the outer 2, where both paid the outer's 2 (35,457 ns)
+    torus = ModelTiming(_torus(4, 4), algorithm="hierarchical")
+    inner = ALPHA + S / (2 * BW)  # (p0 − 1)(α0 + S/(p0 B0)), p0 = 2
+    outer = 2 * ALPHA + S / (4 * BW)  # (p1 − 1)(α1 + S/(p0 p1 B1)), p1 = 2, 2 hops
+    got = torus.collective_time_ns(CommType.ALL_REDUCE, S, (0, 1, 8, 9))
+    assert got == round(2 * inner + 2 * outer) == 34_457
+    # the other way round: ranks 0, 2, 4 and 6 are 2 neighbouring nodes (y 0 and 1) of x 0 and 2, 2 hops apart
+    got = torus.collective_time_ns(CommType.ALL_REDUCE, S, (0, 2, 4, 6))
+    assert got == round(2 * (2 * ALPHA + S / (2 * BW)) + 2 * (ALPHA + S / (4 * BW))) == 34_457
+    # ranks 0, 2, 8 and 10: 2 hops on both rings
+    got = torus.collective_time_ns(CommType.ALL_REDUCE, S, (0, 2, 8, 10))
+    assert got == round(2 * (2 * ALPHA + S / (2 * BW)) + 2 * outer) == 35_457
+    # a group filling the torus: neighbours on both, one hop; 4 nodes of 4, 3 steps each
+    got = torus.collective_time_ns(CommType.ALL_REDUCE, S, range(16))
+    assert got == round(2 * 3 * (ALPHA + S / (4 * BW)) + 2 * (3 * ALPHA + 3 * S / (16 * BW))) == 45_322
