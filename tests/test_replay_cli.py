@@ -20,7 +20,9 @@ from user_docs import ROOT, code_lines
 
 from skewlens.cli import main as skewlens_main
 from skewlens.cli.replay import (
+    _GROUP_KEY_EXAMPLES,
     CONF_DIR,
+    GROUP_SCHEMAS,
     check_sweeper_params,
     check_types,
     register_configs,
@@ -2282,6 +2284,17 @@ def test_a_group_override_of_a_saved_config_that_sets_the_group_says_the_files_v
     ):
         warn_group_overrides(args)
         assert capsys.readouterr().err == ""
+
+
+def test_every_group_a_warning_can_name_has_an_example_key_that_its_schema_takes() -> None:
+    # warn_group_overrides reads _GROUP_KEY_EXAMPLES[group] for any group of GROUP_SCHEMAS: a group added
+    # to one and not the other would be a KeyError's traceback, not a warning
+    assert set(_GROUP_KEY_EXAMPLES) == set(GROUP_SCHEMAS)
+    for group, example in _GROUP_KEY_EXAMPLES.items():
+        key, _, value = example.partition("=")
+        first, field = key.split(".")[:2]
+        assert first == group and value
+        assert field in {f.name for f in dataclasses.fields(GROUP_SCHEMAS[group])}, example
 
 
 def test_config_yaml_names_a_relative_trace_and_out_as_the_same_replay_given_absolute_paths_does(
