@@ -40,7 +40,6 @@ from skewlens.analysis.critical_path import DEVICE_GAP, HOST_GAP, shares
 from skewlens.analysis.gpu_idle import compute_streams, most_idle, verdict
 from skewlens.analysis.gpu_kernels import top_kernels
 from skewlens.analysis.records import BlameRecord, CauseKind
-from skewlens.analysis.skew import Cause
 from skewlens.console import print_line
 from skewlens.profiler.manifest import default_group_name
 from skewlens.profiler.store.issues import (
@@ -52,7 +51,6 @@ from skewlens.profiler.store.issues import (
     replay_command,
 )
 from skewlens.profiler.store.render import group_desc, group_members
-from skewlens.replay.execution import HOST_TIME_NAMES
 
 #: Node names (kernel names run to hundreds of characters) are cut to this many characters in tables.
 NAME_WIDTH = 60
@@ -459,12 +457,12 @@ def what_if_notes(result: AnalysisResult, ranks: Sequence[int]) -> list[WhatIf]:
     """For each of ``ranks`` that made its peers wait mostly for one thing it did (half its caused wait or
     more at events whose own cause is it, in the steps the per-step figures are a mean over, and in all
     :data:`ONE_OFF_OF_STEP` of the job's median simulated step or more: a first step's warm-up of 0.45 ms
-    in six 13.5 ms steps is none), the replay
-    that takes it away, at the steps where it did (:func:`_what_if_steps`): untraced host time (events caused
-    by ``host idle/gap``: ``slowdown=host_idle``), or a scope that stalled (events caused by ``compute grew``
-    whose first-named op is one, :func:`_stalled_op`: an ``op`` item matching its name, factor 0; a real
-    ``DataLoader``'s stall is its ``enumerate(DataLoader)#...`` scope, compute), as :func:`mixed_gpus_note`
-    names ``slow_gpu`` for a rank's GPU."""
+    in six 13.5 ms steps is none), the replay that takes it away, at the steps where it did
+    (:func:`_what_if_steps`): untraced host time (events caused by ``host idle/gap``:
+    ``slowdown=host_idle``), or a scope that stalled (events caused by ``compute grew`` whose first-named op
+    is one, :attr:`~skewlens.analysis.skew.Cause.stalled_scope`: an ``op`` item matching its name, factor 0;
+    a real ``DataLoader``'s stall is its ``enumerate(DataLoader)#...`` scope, compute), as
+    :func:`mixed_gpus_note` names ``slow_gpu`` for a rank's GPU."""
     wanted = set(blame_step_ids(result))
     caused = caused_wait_in_steps(result)
     step_floor = _what_if_step_floor(result)
@@ -482,7 +480,7 @@ def what_if_notes(result: AnalysisResult, ranks: Sequence[int]) -> list[WhatIf]:
             continue
         if c.kind is CauseKind.HOST_GAP:
             what: str | None = None
-        elif c.kind is CauseKind.COMPUTE and c.ops and _stalled_op(c):
+        elif c.stalled_scope:
             what = c.ops[0][0]
         else:
             continue
@@ -556,33 +554,6 @@ def _grown_since(
         else:
             out.append((a, b))
     return () if out == [(first, last)] else tuple(out)
-
-
-#: An autograd node's name (``MmBackward0``, DTensor's ``RedistributeBackward``, a custom Function's
-#: ``<Name>Backward``): an operator the engine ran (recomputation inside it too), not a program's scope.
-_AUTOGRAD_NODE = re.compile(r"Backward\d*$")
-
-
-def _stalled_op(c: Cause) -> bool:
-    """Whether a compute cause's first-named op is a scope that stalled: not an operator (``aten::mm``,
-    ``c10d::...``, ``autograd::engine::...``: a slower operator is a slower rank, which the what-if cost
-    compares with the median one) nor GPU work (``Cause.op_on_gpu``: a kernel, a slower GPU, ``slow_gpu``;
-    told apart by the stream its rows ran on, not by its name: cuBLAS's ``sm90_xmma_gemm_...`` has no
-    ``void`` nor ``::``, and a kernel of another GPU model's name, one the median member never ran, was
-    "its scope ..., which the median member did not run", an op replay deleting it), a name such as
-    ``enumerate(DataLoader)#...``, ``Optimizer.step#SGD.step`` or a ``record_function``'s; grown by half the
-    cause or more, and by more than it took on the median member. Nor the capture's own host-time nodes
-    (:data:`~skewlens.replay.execution.HOST_TIME_NAMES`): the ``collectives`` level's ``compute`` is all of a
-    rank's work between two collectives, which an ``op`` replay at factor 0 would take away whole. Nor an
-    autograd node (:data:`_AUTOGRAD_NODE`): an op replay would take its whole backward op away."""
-    name, grew = c.ops[0]
-    scope = (
-        not c.op_on_gpu
-        and "::" not in name
-        and name not in HOST_TIME_NAMES
-        and _AUTOGRAD_NODE.search(name) is None
-    )
-    return scope and 2 * grew >= c.delta_ns and grew > c.op_median_ns
 
 
 #: Between the items of a what-if's ``slowdown.entries`` (one shell word: quoted).

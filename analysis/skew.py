@@ -53,7 +53,7 @@ from skewlens.analysis.index import (
 from skewlens.analysis.records import CauseKind, CollectiveSkewRecord
 from skewlens.profiler.manifest import HASHED_GROUP_NAME
 from skewlens.profiler.vocab import CommType, NodeType
-from skewlens.replay.execution import clock_contradictions, execution_model, held_by
+from skewlens.replay.execution import HOST_TIME_NAMES, clock_contradictions, execution_model, held_by
 
 #: Number of grown ops named in a compute cause.
 TOP_OPS = 3
@@ -71,6 +71,11 @@ def group_label(pg_name: str) -> str:
     """``pg_name`` as labels show it: a hashed name cut to its first :data:`HASHED_GROUP_SHOWN` digits and
     ``…`` (whole, it took a table's width from every other column), any other whole."""
     return f"{pg_name[:HASHED_GROUP_SHOWN]}…" if HASHED_GROUP_NAME.fullmatch(pg_name) else pg_name
+
+
+#: An autograd node's name (``MmBackward0``, DTensor's ``RedistributeBackward``, a custom Function's
+#: ``<Name>Backward``): an operator the engine ran (recomputation inside it too), not a program's scope.
+AUTOGRAD_NODE = re.compile(r"Backward\d*$")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -99,6 +104,31 @@ class Cause:
     passed_on: bool = False
     """Whether this is an earlier event's cause, passed on by an earlier wait of the late member (also
     when that member is the blamed rank itself, whose own lateness came back to it: ``via_rank`` is -1)."""
+
+    @property
+    def stalled_scope(self) -> bool:
+        """Whether this cause is compute and its first-named op is a scope that stalled: not an operator
+        (``aten::mm``, ``c10d::...``, ``autograd::engine::...``: a slower operator is a slower rank, which the
+        what-if cost compares with the median one) nor GPU work (``Cause.op_on_gpu``: a kernel, a slower GPU,
+        ``slow_gpu``; told apart by the stream its rows ran on, not by its name: cuBLAS's
+        ``sm90_xmma_gemm_...`` has no ``void`` nor ``::``, and a kernel of another GPU model's name, one the
+        median member never ran, was "its scope ..., which the median member did not run", an op replay
+        deleting it), a name such as ``enumerate(DataLoader)#...``, ``Optimizer.step#SGD.step`` or a
+        ``record_function``'s; grown by half the cause or more, and by more than it took on the median member.
+        Nor the capture's own host-time nodes (:data:`~skewlens.replay.execution.HOST_TIME_NAMES`): the
+        ``collectives`` level's ``compute`` is all of a rank's work between two collectives, which an ``op``
+        replay at factor 0 would take away whole. Nor an autograd node (:data:`AUTOGRAD_NODE`): an op replay
+        would take its whole backward op away."""
+        if self.kind is not CauseKind.COMPUTE or not self.ops:
+            return False
+        name, grew = self.ops[0]
+        scope = (
+            not self.op_on_gpu
+            and "::" not in name
+            and name not in HOST_TIME_NAMES
+            and AUTOGRAD_NODE.search(name) is None
+        )
+        return scope and 2 * grew >= self.delta_ns and grew > self.op_median_ns
 
     @property
     def text(self) -> str:
@@ -468,7 +498,7 @@ def _first_step_of(
     member's (``med``), step by step: the cause's first-named op (compute: its rows begun in the window,
     by the label the cause shows it by, :func:`_short`) or the idle time (host gap); -1 for another cause,
     or none grew so."""
-    if cause.kind is CauseKind.COMPUTE and cause.ops:
+    if cause.stalled_scope:  # what a what-if reads it for (render.what_if_notes): not every compute cause
         label = _short(cause.ops[0][0])
         grew = _op_by_step(*late, ix.names, label)
         grew.subtract(_op_by_step(*med, ix.names, label))
