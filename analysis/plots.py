@@ -82,8 +82,9 @@ class HeatmapData:
     its traced peers only (of one traced rank, for none: every cell 0), said in the title; None when all
     are traced."""
     top_ms: float = 1.0
-    """The top of the colour scale: the largest wait drawn, 1 ms where none waited (the scale starts at 0,
-    no wait being the darkest colour)."""
+    """The top of the colour scale: the largest wait of the columns not hatched (:attr:`clocks_disagree`;
+    of all columns where every one is), 1 ms where none waited (the scale starts at 0, no wait being the
+    darkest colour). A hatched wait above it is drawn in the top colour."""
     labelled_rows: tuple[int, ...] = ()
     """Rows whose rank is written beside them: about :data:`_MAX_TICKS` evenly spaced, and always the row of
     the rank the most peer wait is blamed on in the steps (``render.caused_wait_in_steps``), the one a reader
@@ -143,7 +144,12 @@ def wait_heatmap_data(result: AnalysisResult, *, max_columns: int = 400) -> Heat
     for j, e in enumerate(events):
         grid[np.searchsorted(ranks, np.asarray(e.ranks, dtype=np.int64)), j] = e.wait_ns / 1e6
     missing = sorted(set(range(result.run.world_size)) - set(ranks.tolist()))
-    top = float(np.nanmax(grid)) if np.isfinite(grid).any() else 0.0
+    clocks_disagree = np.array([e.clock_contradicted for e in events], dtype=np.bool_)
+    # the scale is set by the meaningful waits: of the 128-GPU sampled pair a hatched 62.8 ms set its top,
+    # and the meaningful cells (at most 39.6 ms) were drawn paler than they are; hatched cells above it are
+    # drawn in the top colour. Where every column is hatched there is no meaningful wait to scale by.
+    meaningful = grid[:, ~clocks_disagree] if (~clocks_disagree).any() else grid
+    top = float(np.nanmax(meaningful)) if np.isfinite(meaningful).any() else 0.0
     # the title's figure is a mean over the steps, as the stragglers table's: a set-up collective's wait
     # before the first step is in none of them
     caused = caused_wait_in_steps(result)
@@ -152,7 +158,7 @@ def wait_heatmap_data(result: AnalysisResult, *, max_columns: int = 400) -> Heat
         grid=grid,
         labels=[e.label for e in events],
         note=note,
-        clocks_disagree=np.array([e.clock_contradicted for e in events], dtype=np.bool_),
+        clocks_disagree=clocks_disagree,
         untraced=no_trace_line(missing, result.run.world_size) if missing else None,
         top_ms=top if top > 0 else 1.0,
         labelled_rows=_labelled_rows(ranks, caused),
@@ -224,7 +230,7 @@ def wait_heatmap(
             aspect="auto",
             interpolation="nearest",
             cmap="viridis",
-            norm=PowerNorm(WAIT_GAMMA, vmin=0.0, vmax=data.top_ms),
+            norm=PowerNorm(WAIT_GAMMA, vmin=0.0, vmax=data.top_ms, clip=True),
         )
         fig.colorbar(im, ax=ax, label="ms (square-root scale)")
         # where the clocks contradict each other the waits are not meaningful (the report's clock note):

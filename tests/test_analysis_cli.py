@@ -846,6 +846,38 @@ def test_the_wait_heatmap_hatches_the_collectives_where_the_clocks_disagree_and_
     assert cols.max() - cols.min() < (rgb.shape[1] * 0.5) * 2 / 7 + 20
 
 
+def test_the_wait_heatmap_takes_its_colour_scale_from_the_cells_not_hatched(
+    tmp_path: Path, shared_traces: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the 128-GPU sampled pair: the hatched 62.8 ms at all_to_all 0#1 (clocks contradicted, not meaningful)
+    # set the scale's top, and every meaningful cell (at most rank 1's 39.6 ms at all_to_all 0#5) was drawn
+    # paler than it is
+    from matplotlib.figure import Figure
+
+    import skewlens.analysis.plots as plots
+    from skewlens.profiler.importers import import_traces
+    from skewlens.replay.driver import load_trace
+
+    pair = [shared_traces / f"a2a_128gpu_sampled_rank{r}_kineto.json.gz" for r in (0, 1)]
+    import_traces(pair, None, tmp_path / "run")
+    result = analyze_run(load_trace(tmp_path / "run", lenient=True), blame=False)
+    data = wait_heatmap_data(result)
+    assert data.clocks_disagree.tolist() == [True, True, False, False, False, False, False]
+    a2a5 = data.labels.index("all_to_all 0#5")
+    assert data.top_ms == pytest.approx(39.630, abs=1e-3) == data.grid[1, a2a5]
+    shade = data.shade()
+    assert shade[1, a2a5] == 1.0
+    assert shade[0, data.labels.index("all_to_all 0#1")] == 1.0  # 62.8 ms: clipped at the top colour
+    assert shade[0, data.labels.index("all_reduce 0#8")] == pytest.approx((22.328 / 39.630) ** 0.5, abs=1e-3)
+    drawn: list[Figure] = []
+    save = plots.save_png
+    monkeypatch.setattr(plots, "save_png", lambda fig, path: (drawn.append(fig), save(fig, path))[1])
+    wait_heatmap(result, tmp_path / "w.png")
+    (image,) = drawn[0].axes[0].images
+    assert (image.norm.vmin, image.norm.vmax) == (0.0, pytest.approx(39.630, abs=1e-3))
+    assert float(image.norm(62.783)) == 1.0  # drawn in the top colour, not beyond the colour map
+
+
 def test_a_cut_wait_heatmap_keeps_every_collective_before_the_pairs_and_says_what_it_left_out(
     tmp_path: Path,
 ) -> None:
