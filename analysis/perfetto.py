@@ -42,6 +42,7 @@ from skewlens.replay.streaming import (
     json_fixed,
     json_int,
     json_strings,
+    process_metadata,
     rank_categories,
     rank_chunks,
     rank_tracks,
@@ -82,10 +83,7 @@ def _metadata(r: int, names: dict[int, str], *, on_path: bool, steps: bool) -> l
     """Names of rank ``r``'s process and tracks (``names``: the tracks drawn, by ``tid``); a ``critical path``
     track only where the path drawn (``on_path``) passes through the rank, a ``steps`` track where ``steps``
     of it are drawn."""
-    meta: list[dict[str, Any]] = [
-        {"ph": "M", "name": "process_name", "pid": r, "args": {"name": f"rank {r}"}},
-        {"ph": "M", "name": "process_sort_index", "pid": r, "args": {"sort_index": r}},
-    ]
+    meta = process_metadata(r, f"rank {r}")
     if steps:
         meta += steps_track_metadata(r)
     if on_path:

@@ -60,6 +60,7 @@ from skewlens.replay.streaming import (
     idle_track_name,
     json_fixed,
     json_int,
+    process_metadata,
     rank_categories,
     rank_chunks,
     rank_tracks,
@@ -578,7 +579,7 @@ def write_perfetto(
             proc = (
                 f"rank {r} (copy of captured rank {run.source_rank(r)})" if run.source_ranks else f"rank {r}"
             )
-            yield {"name": "process_name", "ph": "M", "pid": r, "tid": 0, "args": {"name": proc}}
+            yield from process_metadata(r, proc)
             if r in step_ranks:
                 yield from steps_track_metadata(r)
             for t, label in tracks[r].used_names(run.ranks[r].stream, cap.keep[r]).items():

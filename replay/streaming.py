@@ -573,6 +573,16 @@ class StepSpans:
         )
 
 
+def process_metadata(r: int, name: str) -> list[dict[str, Any]]:
+    """The name of rank ``r``'s process (``pid`` = rank) and its place among the processes, by rank: without
+    a ``process_sort_index`` a viewer orders the processes by its own rule (chrome://tracing by name,
+    ``rank 10`` before ``rank 2``). Both traces, the replay's timeline and the analysis trace, write it."""
+    return [
+        {"ph": "M", "name": "process_name", "pid": r, "args": {"name": name}},
+        {"ph": "M", "name": "process_sort_index", "pid": r, "args": {"sort_index": r}},
+    ]
+
+
 def steps_track_metadata(r: int) -> list[dict[str, Any]]:
     """The name of rank ``r``'s ``steps`` track."""
     return [{"ph": "M", "name": "thread_name", "pid": r, "tid": STEPS_TID, "args": {"name": "steps"}}]

@@ -822,7 +822,11 @@ def test_a_replay_of_a_gpu_run_draws_its_compute_streams_idle_on_a_track_of_its_
     import_traces([_write_trace(tmp_path / "trace.json")], None, tmp_path / "run")
     assert main(["replay", f"trace={tmp_path / 'run'}", f"out={tmp_path / 'out'}", "progress=false"]) == 0
     doc = json.loads((tmp_path / "out" / "timeline.json").read_text())
-    names = {e["tid"]: e["args"]["name"] for e in doc["traceEvents"] if e["ph"] == "M" and e["pid"] == 0}
+    names = {
+        e["tid"]: e["args"]["name"]
+        for e in doc["traceEvents"]
+        if e["name"] == "thread_name" and e["pid"] == 0
+    }
     (track,) = (t for t, n in names.items() if n == "GPU stream 8: idle, by what it waited for")
     # a tid of its own: no stream's track shares it
     named = [e["tid"] for e in doc["traceEvents"] if e["name"] == "thread_name" and e["pid"] == 0]

@@ -623,6 +623,26 @@ def test_the_critical_path_track_shows_each_node_only_while_it_was_on_the_path(t
         assert p.start_ns <= a and a + d <= p.end_ns and d == p.contribution_ns
 
 
+def test_both_traces_order_their_ranks_by_rank_not_by_the_viewer_s_rule(tmp_path: Path) -> None:
+    # the replay's timeline wrote no process_sort_index, so a viewer ordered its ranks by its own rule:
+    # chrome://tracing by name, "rank 10" before "rank 2"; the analysis trace wrote one
+    b = RunBuilder(world_size=12)
+    for r in range(12):
+        rb = b.rank(r).step(0)
+        rb.compute("aten::mm", dur_ns=1_000_000 + 1_000 * r)
+        rb.collective(CommType.ALL_REDUCE, comm_bytes=1 << 20, dur_ns=50_000)
+    run = load_run(b.write(tmp_path / "run"))
+    replayed = write_perfetto(run, simulate(run), tmp_path / "t.json")
+    analysed = write_analysis_perfetto(analyze_run(run, blame=False), tmp_path / "a.json")
+    for path in (replayed, analysed):
+        meta = [e for e in json.loads(path.read_text(encoding="utf-8"))["traceEvents"] if e["ph"] == "M"]
+        sort_index = {e["pid"]: e["args"]["sort_index"] for e in meta if e["name"] == "process_sort_index"}
+        names = {e["pid"]: e["args"]["name"] for e in meta if e["name"] == "process_name"}
+        assert sort_index == {r: r for r in range(12)}, path.name
+        in_order = sorted(names, key=sort_index.__getitem__)
+        assert [names[p] for p in in_order] == [f"rank {r}" for r in range(12)]
+
+
 def _thread_names(doc: dict[str, Any], pid: int) -> dict[int, str]:
     return {
         e["tid"]: e["args"]["name"]
