@@ -696,7 +696,11 @@ def _gather_caveat(run: RunTrace, lay: Layout, dp: int, listed: Mapping[int, np.
     2 -> 1,024 extrapolation of a 32 MiB shard gather priced at 152.7 ms, where shards of 1/1,024 cost 0.94
     ms), which the trace cannot tell apart (but for gathers into a list, :data:`LIST_GATHER_OPS`, which ZeRO
     does not issue): say so, with how much is at stake. Under FSDP2, the gathers into a list that keep their
-    bytes, while the parameter gathers shrink (``listed``: :func:`_kept_list_gathers`)."""
+    bytes, while the parameter gathers shrink (``listed``: :func:`_kept_list_gathers`). Nothing at ``dp``
+    = ``k``, as :func:`_owner_caveat`: every gather keeps its bytes there, rightly (the line said "would
+    shrink to ~2/2 of them")."""
+    if dp == lay.dp_size:
+        return ""
     dp_names = {n for names in lay.dp_groups for n in names}
     gathers = [c for c in run.collectives if c.comm_type == CommType.ALL_GATHER and c.pg_name in dp_names]
     fsdp2 = lay.parallelism != DDP
@@ -712,11 +716,11 @@ def _gather_caveat(run: RunTrace, lay: Layout, dp: int, listed: Mapping[int, np.
         ""
         if fsdp2
         else f", as gathers of whole tensors do; gathers of ZeRO-style optimizer shards would shrink to "
-        f"~{lay.dp_size}/{dp} of them, so the replay overstates those"
+        f"~{lay.dp_size:,}/{dp:,} of them, so the replay overstates those"
     )
     return (
-        f"; {len(gathers)} all_gather(s) {what}on the data-parallel group (up to {largest:,} bytes a "
-        f"rank{inside}) keep their bytes at {dp} ranks{tail}"
+        f"; {len(gathers):,} all_gather(s) {what}on the data-parallel group (up to {largest:,} bytes a "
+        f"rank{inside}) keep their bytes at {dp:,} ranks{tail}"
     )
 
 

@@ -161,6 +161,22 @@ def test_all_gathers_on_a_ddp_runs_group_keep_their_bytes_and_the_note_says_zero
     assert "all_gather" not in plain.manifest.notes["scale"]
 
 
+def test_the_possible_zero_shard_gathers_are_said_at_any_n_but_k_with_n_written_as_the_broadcasts_are(
+    tmp_path: Path,
+) -> None:
+    # at N = k the line said the gathers "would shrink to ~2/2 of them" (nothing changes there, as the
+    # broadcast roots' clause already knew), and at 1,024 it wrote "at 1024 ranks" beside that clause's
+    # "1,024"
+    zero1 = build(tmp_path / "zero1", world=2, schedule=(("0", AR, BUCKETS[0]), ("0", AG, 2 * MIB)))
+    assert "all_gather(s)" not in scale_run(zero1, 2).manifest.notes["scale"]
+    note = scale_run(zero1, 1024).manifest.notes["scale"]
+    assert note.endswith(
+        f"; 2 all_gather(s) on the data-parallel group (up to {2 * MIB:,} bytes a rank) keep their bytes "
+        "at 1,024 ranks, as gathers of whole tensors do; gathers of ZeRO-style optimizer shards would "
+        "shrink to ~2/1,024 of them, so the replay overstates those"
+    )
+
+
 def test_a_copy_shares_its_source_ranks_arrays_and_rank_i_copies_rank_i_mod_k(tmp_path: Path) -> None:
     run = build(tmp_path / "ddp", world=2, schedule=DDP)
     scaled = scale_run(run, 1024)
