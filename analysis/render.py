@@ -375,49 +375,65 @@ def uneven_cost_note(result: AnalysisResult, rec: BlameRecord) -> str | None:
     )
 
 
-#: A rank whose costliest step holds over this share of the wait it caused, over twice its median step's and
-#: over :data:`ONE_OFF_OF_STEP` of the job's median step, is named with that step (a one-off).
+#: A rank whose steps :func:`_uneven_steps` names hold over this share of the wait it caused, its worst over
+#: twice its median step's and over :data:`ONE_OFF_OF_STEP` of the job's median step, is named with those
+#: steps (a one-off, or a few).
 UNEVEN_WAIT_SHARE = 0.5
 ONE_OFF_OF_STEP = 0.1
 
 
 def uneven_wait_notes(result: AnalysisResult, ranks: Sequence[int]) -> list[str]:
-    """For each of ``ranks`` where one step holds over :data:`UNEVEN_WAIT_SHARE` of the wait it made its peers
-    wait in the steps the per-step figures are a mean over (of 3 steps or more), over twice its median
-    step's and over :data:`ONE_OFF_OF_STEP` of the job's median simulated step (with the what-if), the steps
-    a what-if names by that wait (:func:`_what_if_steps`, the same rule and floor; that step alone where it
-    names none or it alone), their waits, their share and the median step's: a mean per step hides a
-    one-off. A 333 ms ``gc.collect()`` on rank 1 at one step of 10 read as a rank that made its peers wait
-    about 34 ms every step, the what-if (which compares typical steps) costing it about 0.6 ms a step. Before,
-    the line named that step alone where the what-if under it named more: a DataLoader slow at every 5th
-    batch (2 gloo ranks), steps 4 and 9 holding 40% and 60% of the wait, read `in step 9 it made its peers
-    wait 282.2 ms, 60% of it` over a replay that took away steps 4 and 9, as if step 4 were fine."""
+    """For each of ``ranks`` where the steps :func:`_uneven_steps` names by the wait it made its peers wait in
+    the steps the per-step figures are a mean over (of 3 steps or more: those a what-if names by it,
+    :func:`_what_if_steps`, the same rule and floor, else its worst step alone) hold over
+    :data:`UNEVEN_WAIT_SHARE` of it, and its worst step's is over twice its median step's and over
+    :data:`ONE_OFF_OF_STEP` of the job's median simulated step (with the what-if), those steps, their waits,
+    their share and the median step's: a mean per step hides a one-off. A 333 ms ``gc.collect()`` on rank 1
+    at one step of 10 read as a rank that made its peers wait about 34 ms every step, the what-if (which
+    compares typical steps) costing it about 0.6 ms a step. Before, the line fired only where one step held
+    over half the wait, and named it alone: a DataLoader slow at every 5th batch (2 gloo ranks), steps 4 and
+    9 holding 40% and 60% of the wait, read `in step 9 it made its peers wait 282.2 ms, 60% of it` over a
+    replay that took away steps 4 and 9, as if step 4 were fine; two equal one-offs (200 ms at steps 4 and
+    9) got no line, the table reading 40 ms a step as if every step waited."""
     steps = blame_step_ids(result)
     by_step = result.skew.caused_wait_by_step
     floor = ONE_OFF_OF_STEP * _median_step_ns(result)
     step_floor = _what_if_step_floor(result)
     out = []
     for r in ranks:
-        waits = [(by_step.get((r, s), 0), s) for s in steps]
-        total = sum(w for w, _s in waits)
-        if len(waits) < UNEVEN_MIN_STEPS or total < BLAMED_NS * len(waits):
-            continue
-        worst, step = max(waits, key=lambda ws: (ws[0], -ws[1]))  # the most, the first of equals
-        median = _typical_step([w for w, _s in waits])
-        if worst <= UNEVEN_WAIT_SHARE * total or worst <= UNEVEN_OVER_MEDIAN * median or worst <= floor:
+        wait = {s: by_step.get((r, s), 0) for s in steps}
+        total = sum(wait.values())
+        if len(wait) < UNEVEN_MIN_STEPS or total < BLAMED_NS * len(wait):
             continue
         # the steps a what-if names by this wait: one rule for which steps (step 4 left out of a line over a
-        # replay taking steps 4 and 9 away read as if step 4 were fine)
-        wait = {s: w for w, s in waits}
-        runs = _what_if_steps(wait, step_floor, len(waits)) or ((step, step),)
-        named = [s for a, b in runs for s in range(a, b + 1)]
+        # replay taking steps 4 and 9 away read as if step 4 were fine; two equal one-offs, each half the
+        # wait, read as no one-off at all)
+        runs, named = _uneven_steps(wait, step_floor)
         held = sum(wait[s] for s in named)
+        # the twice-its-median check is of the worst step, as before: steps alike (one of them always the
+        # worst) are not uneven, and a lesser named step near the median does not silence a one-off beside it
+        worst = max(wait.values())
+        median = _typical_step(list(wait.values()))
+        if held <= UNEVEN_WAIT_SHARE * total or worst <= UNEVEN_OVER_MEDIAN * median or worst <= floor:
+            continue
         out.append(
             f"rank {r}'s caused wait is uneven over its steps: in {_steps_text(runs)} it made its peers wait "
             f"{_and_text([ms_text(wait[s]) for s in named])} ms, {percent_text(held, total, 0)}% of it, "
             f"in its median step {ms_text(median)} ms"
         )
     return out
+
+
+def _uneven_steps(by_step: Mapping[int, int], floor: float) -> tuple[tuple[tuple[int, int], ...], list[int]]:
+    """The steps an uneven line (:func:`uneven_wait_notes`) names by a rank's figure by step (the wait it
+    caused; every step the figures are a mean over): the runs of consecutive steps (first, last) a what-if
+    names by it (:func:`_what_if_steps`, with ``floor``), else (it names none: every step, steps holding no
+    more than half of it, or over :data:`WHAT_IF_STEPS` runs) the step of the most alone, the first of equals;
+    and those runs' steps one by one. One rule for which steps, so that a line names what the replay under it
+    takes away."""
+    worst = max(by_step, key=lambda s: (by_step[s], -s))
+    runs = _what_if_steps(by_step, floor, len(by_step)) or ((worst, worst),)
+    return runs, [s for a, b in runs for s in range(a, b + 1)]
 
 
 def _steps_text(runs: Sequence[tuple[int, int]]) -> str:
@@ -512,16 +528,16 @@ WHAT_IF_STEP_SHARE = 0.1
 
 def _what_if_steps(by_step: Mapping[int, int], floor: float, steps: int) -> tuple[tuple[int, int], ...]:
     """The runs of consecutive steps (first, last) that a what-if of :func:`what_if_notes` takes the thing
-    away at, and that the line of :func:`uneven_wait_notes` names by the rank's caused wait: every step where
-    it made the rank's peers wait ``floor`` (a one-off's least) and :data:`WHAT_IF_STEP_SHARE` of the wait or
-    more (the step holding most of it always), runs of consecutive ones merged. None (every step) where those
-    are every one of the ``steps``, or hold no more than :data:`UNEVEN_WAIT_SHARE` of the wait (it is spread
-    over many steps; two tied steps under the floor, the first named alone, held exactly half: over half, as
-    the rule below says); over :data:`WHAT_IF_STEPS` runs, the rule before: the one step holding over
+    away at, and that the uneven lines name (:func:`_uneven_steps`) by the rank's caused wait: every step
+    where it made the rank's peers wait ``floor`` (a one-off's least) and :data:`WHAT_IF_STEP_SHARE` of the
+    wait or more (the step holding most of it always), runs of consecutive ones merged. None (every step)
+    where those are every one of the ``steps``, or hold no more than :data:`UNEVEN_WAIT_SHARE` of the wait (it
+    is spread over many steps; two tied steps under the floor, the first named alone, held exactly half: over
+    half, as the rule below says); over :data:`WHAT_IF_STEPS` runs, the rule before: the one step holding over
     :data:`UNEVEN_WAIT_SHARE` of the wait, else none (a scope in every step, a data loader's, is not taken
     away at every step where it stalled at some). Before, that rule was the only one: a checkpoint rank 0
-    wrote every 3rd step while its peers waited at a barrier, 62% of their wait at step 3 and 35% at step 6
-    (2 gloo ranks), was given a replay that took away step 3's alone."""
+    wrote every 3rd step while its peers waited at a barrier, 62% of their wait at step 3 and 35% at step 6 (2
+    gloo ranks), was given a replay that took away step 3's alone."""
     total = sum(by_step.values())
     worst = max(by_step, key=lambda s: (by_step[s], -s))
     least = max(floor, WHAT_IF_STEP_SHARE * total)
