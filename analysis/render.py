@@ -328,8 +328,8 @@ def hosts_table(result: AnalysisResult, top: int = 5) -> Table | None:
     return t
 
 
-#: A top straggler whose costliest step holds over this share of its cost, and costs over
-#: :data:`UNEVEN_OVER_MEDIAN` times its median step, is named with that step.
+#: A top straggler whose steps :func:`_uneven_steps` names hold over this share of its cost, its costliest
+#: over :data:`UNEVEN_OVER_MEDIAN` times its median step, is named with those steps.
 UNEVEN_SHARE = 0.2
 #: How many times its rank's median step a step's cost or caused wait exceeds to be named as uneven: twice,
 #: so that steps alike are not named (one of them is always the largest).
@@ -348,30 +348,35 @@ def _typical_step(values: Sequence[float]) -> float:
 
 
 def uneven_cost_note(result: AnalysisResult, rec: BlameRecord) -> str | None:
-    """Where one step holds over :data:`UNEVEN_SHARE` of ``rec``'s rank's straggler cost (of 3 steps or more)
-    and costs over twice its median step, that step, its share and the median step's cost; else None. A mean
-    per step hides it: a serving loop with each decode step a step read about 11.2 ms a step where one
-    prefill cost 398 ms (24%) and the median step about 6.4 ms."""
+    """Where the steps :func:`_uneven_steps` names by ``rec``'s rank's straggler cost by step (of 3 steps or
+    more: those a what-if would name, else its costliest alone) hold over :data:`UNEVEN_SHARE` of it and the
+    costliest costs over twice its median step, those steps, each one's cost, their share and the median
+    step's cost; else None. A mean per step hides them: a serving loop with each decode step a step read
+    about 11.2 ms a step where one prefill cost 398 ms (24%) and the median step about 6.4 ms. Before, the
+    line named the costliest step alone: on a DataLoader capture, `step 9 cost 37.008 ms, 59% of it`, while
+    step 4 cost 25.2 ms (41%) and the replay under it took both away."""
     if result.blame is None or not rec.simulated:
         return None
-    costs = [(s.straggler_cost_ns, s.step) for s in result.blame.step_records if s.rank == rec.rank]
-    total = sum(c for c, _s in costs)
-    if len(costs) < UNEVEN_MIN_STEPS or total <= 0:
+    cost = {s.step: s.straggler_cost_ns for s in result.blame.step_records if s.rank == rec.rank}
+    total = sum(cost.values())
+    if len(cost) < UNEVEN_MIN_STEPS or total <= 0:
         return None
-    worst, step = max(costs, key=lambda cs: (cs[0], -cs[1]))  # the costliest, the first of equals
-    median = _typical_step([c for c, _s in costs])
-    if worst <= UNEVEN_SHARE * total or worst <= UNEVEN_OVER_MEDIAN * median:
+    runs, named = _uneven_steps(cost, _what_if_step_floor(result))
+    held = sum(cost[s] for s in named)
+    worst = max(cost.values())
+    median = _typical_step(list(cost.values()))
+    if held <= UNEVEN_SHARE * total or worst <= UNEVEN_OVER_MEDIAN * median:
         return None
     # a step in which the rank compiled (torch.compile) costs its compile time: warm-up, not skew
-    compiled = (
-        " (torch.compile compiled in it on this rank: warm-up)"
-        if (rec.rank, step) in steps_compiled(result.index)
-        else ""
-    )
+    compiled = [s for s in named if (rec.rank, s) in steps_compiled(result.index)]
+    warm = ""
+    if compiled:
+        where = "it" if len(named) == 1 else _steps_text(consecutive_runs(compiled))
+        warm = f" (torch.compile compiled in {where} on this rank: warm-up)"
     return (
-        f"rank {rec.rank}'s cost is uneven over its steps: step {step} cost {ms_text(worst)} ms{compiled}, "
-        f"{percent_text(worst, total, 0)}% of it, its median step {ms_text(median)} ms; every step is in "
-        f"{BLAME_STEPS_FILE}"
+        f"rank {rec.rank}'s cost is uneven over its steps: {_steps_text(runs)} cost "
+        f"{_and_text([ms_text(cost[s]) for s in named])} ms{warm}, {percent_text(held, total, 0)}% of it, "
+        f"its median step {ms_text(median)} ms; every step is in {BLAME_STEPS_FILE}"
     )
 
 
@@ -425,12 +430,12 @@ def uneven_wait_notes(result: AnalysisResult, ranks: Sequence[int]) -> list[str]
 
 
 def _uneven_steps(by_step: Mapping[int, int], floor: float) -> tuple[tuple[tuple[int, int], ...], list[int]]:
-    """The steps an uneven line (:func:`uneven_wait_notes`) names by a rank's figure by step (the wait it
-    caused; every step the figures are a mean over): the runs of consecutive steps (first, last) a what-if
-    names by it (:func:`_what_if_steps`, with ``floor``), else (it names none: every step, steps holding no
-    more than half of it, or over :data:`WHAT_IF_STEPS` runs) the step of the most alone, the first of equals;
-    and those runs' steps one by one. One rule for which steps, so that a line names what the replay under it
-    takes away."""
+    """The steps an uneven line (:func:`uneven_wait_notes`, :func:`uneven_cost_note`) names by a rank's figure
+    by step (the wait it caused, its cost; every step the figures are a mean over): the runs of consecutive
+    steps (first, last) a what-if names by it (:func:`_what_if_steps`, with ``floor``), else (it names none:
+    every step, steps holding no more than half of it, or over :data:`WHAT_IF_STEPS` runs) the step of the
+    most alone, the first of equals; and those runs' steps one by one. One rule for which steps, so that a
+    line names what the replay under it takes away."""
     worst = max(by_step, key=lambda s: (by_step[s], -s))
     runs = _what_if_steps(by_step, floor, len(by_step)) or ((worst, worst),)
     return runs, [s for a, b in runs for s in range(a, b + 1)]
@@ -528,7 +533,7 @@ WHAT_IF_STEP_SHARE = 0.1
 
 def _what_if_steps(by_step: Mapping[int, int], floor: float, steps: int) -> tuple[tuple[int, int], ...]:
     """The runs of consecutive steps (first, last) that a what-if of :func:`what_if_notes` takes the thing
-    away at, and that the uneven lines name (:func:`_uneven_steps`) by the rank's caused wait: every step
+    away at, and that the uneven lines name (:func:`_uneven_steps`) by its wait or its cost: every step
     where it made the rank's peers wait ``floor`` (a one-off's least) and :data:`WHAT_IF_STEP_SHARE` of the
     wait or more (the step holding most of it always), runs of consecutive ones merged. None (every step)
     where those are every one of the ``steps``, or hold no more than :data:`UNEVEN_WAIT_SHARE` of the wait (it

@@ -445,14 +445,16 @@ def test_a_rank_that_made_its_peers_wait_in_one_step_only_is_named_with_that_ste
 
 
 def _uneven(costs_ms: list[float], *, simulated: bool = True, other: Sequence[float] = ()) -> str | None:
-    """The uneven-cost line of rank 1 whose steps cost ``costs_ms`` (rank 0's ``other``)."""
+    """The uneven-cost line of rank 1 whose steps cost ``costs_ms`` (rank 0's ``other``), the job's steps
+    10 ms each."""
     steps = [
         SimpleNamespace(rank=r, step=s, straggler_cost_ns=round(c * MS))
         for r, costs in ((0, other), (1, costs_ms))
         for s, c in enumerate(costs)
     ]
+    blame = SimpleNamespace(step_records=steps, baseline_step_ns=dict.fromkeys(range(len(costs_ms)), 10 * MS))
     # index: a run in which torch.compile compiled nothing
-    result = SimpleNamespace(blame=SimpleNamespace(step_records=steps), index=SimpleNamespace(ranks={}))
+    result = SimpleNamespace(blame=blame, index=SimpleNamespace(ranks={}))
     return uneven_cost_note(result, SimpleNamespace(rank=1, simulated=simulated))  # type: ignore[arg-type]
 
 
@@ -462,7 +464,11 @@ def test_a_stragglers_uneven_cost_is_named_only_past_a_fifth_of_its_cost_and_twi
     assert _uneven([1, 1, 20, 1, 1], other=[0, 0, 0, 0, 100]) == said.format(
         2, "20.000", 83, "1.000"
     )  # its own
-    assert _uneven([1, 10, 1, 10, 1]) == said.format(1, "10.000", 43, "1.000")  # the first of equals
+    # two equal steps, each a tenth of the cost or more: both, by the what-if's rule (before, the first of
+    # them alone: 'step 1 cost 10.000 ms, 43% of it')
+    assert _uneven([1, 10, 1, 10, 1]) == said.replace("step {} cost {} ms", "steps {} cost {} ms").format(
+        "1 and 3", "10.000 and 10.000", 87, "1.000"
+    )  # 20 of 23 ms
     assert _uneven([1] * 8 + [2.5]) == said.format(8, "2.500", 24, "1.000")  # 23.8% of it
     assert _uneven([1] * 16 + [4]) is None  # 20% of its cost, not over
     assert _uneven([1] * 10 + [2.1]) is None  # 17%, though over twice its median
@@ -478,8 +484,31 @@ def test_half_a_stragglers_steps_stalling_alike_are_not_named_as_uneven_against_
     # ranks, steps 4-9, the DataLoader's workers spawned)
     assert _uneven([166.4, 0, 229.1, 0, 218.6, 0]) is None
     assert _uneven([0, 21, 0, 19]) is None  # 53% of it, over its two middle steps' mean (9.5)
-    said = "rank 1's cost is uneven over its steps: step 5 cost 20.000 ms, 67% of it, its median step 1.000"
-    assert (_uneven([1, 1, 1, 1, 6, 20]) or "").startswith(said)  # a one-off among an even count still is
+    # a one-off among an even count still is; with it step 4, 6 of its 30 ms, a tenth of it or more, which
+    # the what-if's rule names too (before, 'step 5 cost 20.000 ms, 67% of it' alone)
+    said = (
+        "rank 1's cost is uneven over its steps: steps 4-5 cost 6.000 and 20.000 ms, 87% of it, its median "
+    )
+    assert (_uneven([1, 1, 1, 1, 6, 20]) or "").startswith(f"{said}step 1.000")
+
+
+@pytest.mark.parametrize(
+    ("costs_ms", "said"),
+    [
+        # a DataLoader capture: step 9 cost 37.008 ms (59%), step 4 25.2 ms (41%), and the replay under the
+        # table takes both away; before, 'step 9 cost 37.008 ms, 59% of it' alone
+        ([0, 0, 0, 0, 25.2, 0, 0, 0, 0, 37.008], "steps 4 and 9 cost 25.200 and 37.008 ms, 100% of it"),
+        # two equal one-offs; before, the first alone: 'step 4 cost 30.000 ms, 50% of it'
+        ([0, 0, 0, 0, 30, 0, 0, 0, 0, 30], "steps 4 and 9 cost 30.000 and 30.000 ms, 100% of it"),
+    ],
+)
+def test_an_uneven_cost_names_every_step_its_what_if_rule_names_not_only_the_costliest(
+    costs_ms: list[float], said: str
+) -> None:
+    assert _uneven(costs_ms) == (
+        f"rank 1's cost is uneven over its steps: {said}, its median step 0.000 ms; every step is in "
+        "blame_steps.parquet"
+    )
 
 
 def _uneven_wait(waits_ms: list[float]) -> list[str]:

@@ -358,7 +358,7 @@ def test_a_step_in_which_torch_compile_compiled_is_named_as_warm_up_and_a_slow_s
     # the stragglers table's uneven-cost note says so of a rank's costliest step in which it compiled
     costs = SimpleNamespace(step_records=[
         SimpleNamespace(rank=1, step=s, straggler_cost_ns=c * MS) for s, c in enumerate((20, 1, 1, 1, 1))
-    ])  # fmt: skip
+    ], baseline_step_ns=dict.fromkeys(range(5), 2 * MS))  # fmt: skip
     faked = SimpleNamespace(blame=costs, index=result.index)
     assert uneven_cost_note(faked, SimpleNamespace(rank=1, simulated=True)) == (  # type: ignore[arg-type]
         "rank 1's cost is uneven over its steps: step 0 cost 20.000 ms (torch.compile compiled in it on this "
@@ -370,6 +370,20 @@ def test_a_step_in_which_torch_compile_compiled_is_named_as_warm_up_and_a_slow_s
     ]
     assert uneven_cost_note(faked, SimpleNamespace(rank=0, simulated=True)).startswith(  # type: ignore[arg-type,union-attr]
         "rank 0's cost is uneven over its steps: step 3 cost 20.000 ms, 83% of it"
+    )
+    # steps 0 and 3 named together: the warm-up said of those in which the rank compiled (rank 1: both;
+    # rank 0: step 0 alone), 40 of 43 ms
+    costs.step_records = [
+        SimpleNamespace(rank=r, step=s, straggler_cost_ns=c * MS)
+        for r in (0, 1)
+        for s, c in enumerate((20, 1, 1, 20, 1))
+    ]
+    said = "cost is uneven over its steps: steps 0 and 3 cost 20.000 and 20.000 ms (torch.compile compiled in"
+    assert uneven_cost_note(faked, SimpleNamespace(rank=1, simulated=True)).startswith(  # type: ignore[arg-type,union-attr]
+        f"rank 1's {said} steps 0 and 3 on this rank: warm-up), 93% of it, its median step 1.000 ms"
+    )
+    assert uneven_cost_note(faked, SimpleNamespace(rank=0, simulated=True)).startswith(  # type: ignore[arg-type,union-attr]
+        f"rank 0's {said} step 0 on this rank: warm-up), 93% of it"
     )
 
 
