@@ -175,8 +175,9 @@ class SweepRecord:
     """One row of ``sweep.parquet``: one job of a multirun sweep. After these columns, ``sweep.parquet`` has
     one per swept setting, named by its override's key (``topology.dims.0.bandwidth_gbps``: a setting whose
     value is not the same in every job of the sweep, failed ones included; a lone job's every override),
-    the job's value: int64 where every job's value is an integer that int64 holds, double where every one is
-    a number, else a string; null in a job without that override. A key that is one of these columns
+    the job's value (a quoted one, ``trace='runs/run=a'``, without its quotes: ``runs/run=a``): int64 where
+    every job's value is an integer that int64 holds, double where every one is a number, else a string;
+    null in a job without that override. A key that is one of these columns
     (``topology``, ``slowdown``, ``comm_mode``) is that column, which names the job's choice.
     ``bandwidth_gbps`` is in GB/s: gigabytes per second (a 400 Gb/s NIC is 50)."""
 
@@ -227,9 +228,58 @@ def schema_markdown() -> str:
 def distinct_overrides(overrides: Sequence[str]) -> list[str]:
     """Each sweep job's overrides (``overrides[k]``, space-separated) without those every job shares: what
     sets the job apart (a lone job keeps all of its own)."""
-    every = [set(o.split()) for o in overrides]
+    every = [set(override_tokens(o)) for o in overrides]
     common = set.intersection(*every) if len(every) > 1 else set()
-    return [" ".join(x for x in o.split() if x not in common) for o in overrides]
+    return [" ".join(x for x in override_tokens(o) if x not in common) for o in overrides]
+
+
+def _quote_end(text: str, start: int) -> int:
+    """Where the quoted string that opens at ``text[start]`` ends (the index after its closing quote; the
+    text's length where it has none): at the first quote of its kind after a run of backslashes of even
+    length, Hydra's rule (an odd run escapes the quote)."""
+    q, k = text[start], start + 1
+    while k < len(text):
+        if text[k] == q:
+            run = len(text[:k]) - len(text[:k].rstrip("\\"))
+            if run % 2 == 0:
+                return k + 1
+        k += 1
+    return len(text)
+
+
+def override_tokens(overrides: str) -> list[str]:
+    """One job's overrides (Hydra's, joined by spaces) one by one: split at the spaces outside quoted
+    strings and brackets, so that ``trace='runs/my run'`` and ``'a=[{k: 1}]'`` are one override each."""
+    tokens: list[str] = []
+    start, depth, k = 0, 0, 0
+    while k < len(overrides):
+        c = overrides[k]
+        if c in "'\"":
+            k = _quote_end(overrides, k)
+            continue
+        if c in "[{(":
+            depth += 1
+        elif c in "]})":
+            depth = max(0, depth - 1)
+        elif c.isspace() and depth == 0:
+            if k > start:
+                tokens.append(overrides[start:k])
+            start = k + 1
+        k += 1
+    if len(overrides) > start:
+        tokens.append(overrides[start:])
+    return tokens
+
+
+def override_value(value: str) -> str:
+    """An override's value as the setting takes it: a value that is one quoted string (``'runs/run=a'``,
+    how Hydra takes a value with ``=`` or a space in it) without its quotes, its escaped quotes and
+    backslashes unescaped as Hydra does; any other value as given."""
+    if value[:1] not in ("'", '"') or _quote_end(value, 0) != len(value) or len(value) < 2:
+        return value
+    q = value[0]
+    # a run of backslashes before a quote (or the closing one) stands for half as many
+    return re.sub(rf"(\\+)(?={q}|$)", lambda m: m.group(1)[: len(m.group(1)) // 2], value[1:-1])
 
 
 def slowest_rank_steps(summary: Sequence[SummaryRecord]) -> list[SummaryRecord]:
@@ -302,7 +352,7 @@ def override_setting(token: str) -> tuple[str, str] | None:
     if token.startswith("~"):
         return None
     key, (_, eq, value) = override_key(token), token.partition("=")
-    return (key, value) if eq and key else None
+    return (key, override_value(value)) if eq and key else None
 
 
 def swept_settings(overrides: Sequence[str]) -> dict[str, list[str | None]]:
@@ -311,10 +361,12 @@ def swept_settings(overrides: Sequence[str]) -> dict[str, list[str | None]]:
     job has no override of it)."""
     keys: dict[str, None] = {}
     for own in distinct_overrides(overrides):
-        for token in own.split():
+        for token in override_tokens(own):
             if (kv := override_setting(token)) is not None:
                 keys.setdefault(kv[0])
-    jobs = [dict(kv for t in o.split() if (kv := override_setting(t)) is not None) for o in overrides]
+    jobs = [
+        dict(kv for t in override_tokens(o) if (kv := override_setting(t)) is not None) for o in overrides
+    ]
     return {key: [job.get(key) for job in jobs] for key in keys}
 
 

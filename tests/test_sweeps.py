@@ -1403,6 +1403,30 @@ def test_a_sweep_picture_is_logarithmic_where_its_values_span_10x_and_ticked_at_
         assert ax.xaxis.get_transform().linthresh == min(v for v in values if v > 0)
 
 
+def test_a_swept_trace_in_quotes_is_its_path_in_the_sweep_table_whatever_it_holds() -> None:
+    from skewlens.replay.outputs import sweep_parquet_table
+
+    # `-m "trace='R/run=a','R/run=b'"` (Hydra takes a value with `=` or a space only quoted): the trace
+    # column held the quotes, 'R/run=a', which no path nor `WHERE trace = 'R/run=a'` matches; a path with a
+    # space was cut at it ('R/my), and an entries list with a space in its pattern made up settings
+    entries = 'slowdown.entries=[{kind:op,factor:0,pattern:"re:^(?!Memcpy (%s))"}]'
+    rows = [
+        _job(0, f"trace='R/run=a' {entries % 'HtoD'}", 1.0),
+        _job(1, f"trace='R/my run' {entries % 'DtoH'}", 2.0),
+        # an escaped quote, then an escaped backslash at its end
+        _job(2, r'trace="R/it\"s\\" seed=3', 3.0),
+    ]
+    collect = [dataclasses.replace(r, overrides=r.overrides.replace("trace=r ", "")) for r in rows]
+    tbl = sweep_parquet_table(collect)
+    swept = tbl.column_names[len(dataclasses.fields(SweepRecord)) :]
+    assert swept == ["trace", "slowdown.entries", "seed"]
+    assert tbl["trace"].to_pylist() == ["R/run=a", "R/my run", 'R/it"s\\']
+    assert tbl["slowdown.entries"].to_pylist() == [
+        entries.partition("=")[2] % d for d in ("HtoD", "DtoH")
+    ] + [None]
+    assert tbl["seed"].to_pylist() == [None, None, 3]
+
+
 def test_an_override_sets_a_setting_only_where_it_gives_a_key_and_a_value() -> None:
     from skewlens.replay.outputs import override_setting
 
