@@ -435,7 +435,8 @@ def _uneven_steps(by_step: Mapping[int, int], floor: float) -> tuple[tuple[tuple
     steps (first, last) a what-if names by it (:func:`_what_if_steps`, with ``floor``), else (it names none:
     every step, steps holding no more than half of it, or over :data:`WHAT_IF_STEPS` runs) the step of the
     most alone, the first of equals; and those runs' steps one by one. One rule for which steps, so that a
-    line names what the replay under it takes away."""
+    line names the steps whose waits the replay under it takes away (which may begin earlier, where the
+    work grew: :func:`_grown_since`)."""
     worst = max(by_step, key=lambda s: (by_step[s], -s))
     runs = _what_if_steps(by_step, floor, len(by_step)) or ((worst, worst),)
     return runs, [s for a, b in runs for s in range(a, b + 1)]
@@ -562,10 +563,10 @@ def _grown_since(
     grew before the events of its steps (``grew_from``: an event's step -> the first step of the scope's
     rows in its window, :attr:`~skewlens.analysis.skew.SkewEvent.cause_first_step`), not before ``first``
     (the run's first step), overlapping or adjacent runs merged; none (every step) where they are none or
-    every step to ``last``. Before, a
-    run was the events' steps alone: on 2 gloo ranks of Local SGD averaging every 4th step, rank 1's forward
-    30 ms slower every step, the what-if took its forward away at the averaging steps 2, 6 and 10, and its
-    peer still waited 15.8 ms a step of 23.2 (the 3 local steps before each average)."""
+    every step to ``last``. Before, a run was the events' steps alone: on 2 gloo ranks of Local SGD
+    averaging every 4th step, rank 1's forward 30 ms slower every step, the what-if took its forward away at
+    the averaging steps 2, 6 and 10, and its peer still waited 15.8 ms a step of 23.2 (the 3 local steps
+    before each average)."""
     out: list[tuple[int, int]] = []
     for a, b in runs:
         since = min([a, *(grew_from.get(s, s) for s in range(a, b + 1))])
