@@ -13,7 +13,9 @@ It models trace_processor's JSON importer (``importers/json``, ``sorter/trace_so
   when it is read, which is the enclosing slice only if one is open at its ``ts``: none is
   ``flow_no_enclosing_slice`` (the arrow is dropped), an ended one binds the arrow to the wrong slice;
 - a track or process with events but no ``thread_name`` / ``process_name`` is drawn as ``Thread 7`` /
-  ``Process 3``; a name given twice to one track keeps the last.
+  ``Process 3``; a name given twice to one track keeps the last;
+- a process without ``process_sort_index`` is ordered by the viewer's own rule (chrome://tracing: by name as
+  text, ``rank 10`` before ``rank 2``).
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ def lint(path: str | Path) -> Report:
     events = doc["traceEvents"] if isinstance(doc, dict) else doc
     rep = Report(events=len(events))
     proc_names: dict[int, list[str]] = defaultdict(list)
+    sorted_procs: set[int] = set()
     thread_names: dict[tuple[int, int], list[str]] = defaultdict(list)
     procs: set[int] = set()
     # per track: (ts, key, file index, kind, payload)
@@ -74,6 +77,8 @@ def lint(path: str | Path) -> Report:
             label = (ev.get("args") or {}).get("name")
             if name == "process_name":
                 proc_names[pid].append(label)
+            elif name == "process_sort_index":
+                sorted_procs.add(pid)
             elif name == "thread_name":
                 thread_names[(pid, tid)].append(label)
             continue
@@ -147,6 +152,8 @@ def lint(path: str | Path) -> Report:
     for pid in sorted(procs):
         if not proc_names.get(pid):
             rep.add("process without process_name", f"pid {pid}")
+        elif pid not in sorted_procs:
+            rep.add("process without process_sort_index", f"pid {pid}")
     for (pid, tid), _ in sorted(timeline.items()):
         if any(k == "X" for _, _, _, k, _ in timeline[(pid, tid)]) and not thread_names.get((pid, tid)):
             rep.add("track without thread_name", f"pid {pid} tid {tid}")

@@ -35,6 +35,10 @@ def _named_and_used(doc: dict[str, Any]) -> tuple[set[tuple[int, int]], set[tupl
 def test_the_checker_reports_what_perfetto_drops_or_misdraws(tmp_path: Path) -> None:
     events = [
         {"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "p"}},
+        {"ph": "M", "name": "process_sort_index", "pid": 1, "args": {"sort_index": 1}},
+        {"ph": "M", "name": "process_name", "pid": 2, "args": {"name": "unsorted"}},
+        {"ph": "X", "name": "u", "pid": 2, "tid": 1, "ts": 0, "dur": 1},
+        {"ph": "M", "name": "thread_name", "pid": 2, "tid": 1, "args": {"name": "t"}},
         {"ph": "M", "name": "thread_name", "pid": 1, "tid": 9, "args": {"name": "empty"}},
         {"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 0, "dur": 10},
         {"ph": "X", "name": "b", "pid": 1, "tid": 1, "ts": 5, "dur": 10},  # partly overlaps a
@@ -55,6 +59,7 @@ def test_the_checker_reports_what_perfetto_drops_or_misdraws(tmp_path: Path) -> 
         "negative ts (dropped)": 1,
         "track without thread_name": 2,
         "named track with no events": 1,
+        "process without process_sort_index": 1,
     }
 
 
