@@ -149,6 +149,36 @@ def test_a_host_whose_ranks_another_host_merged_reports_that_manifest_and_exits_
     assert (read_manifest(run).ranks, read_manifest(run).missing_ranks) == ((0, 1), ())
 
 
+def test_a_profile_whose_one_host_job_another_profile_merged_says_its_capture_may_be_that_ones(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # two skewlens profile into one --out on one host: the second (2 gloo ranks of examples/train.py --steps
+    # 6, started 1 s after one of --steps 30) ended first and merged its own ranks, whose traces had replaced
+    # the first's; the first then said "already merged by another host of the job" of a one-host job and
+    # showed the other's table, its capture lost unsaid. Every rank of the manifest on this host: it says so
+    here = socket.gethostname()
+    run = tmp_path / "run"
+    code, err = _profile_while(
+        run,
+        f"""
+        from skewlens.profiler.capture.run import finalize_run
+        from skewlens.profiler.manifest import StepWindow
+        from skewlens.profiler.vocab import Level
+        save_rank(run, 0, {here!r}, per_host=2); save_rank(run, 1, {here!r}, per_host=2)
+        finalize_run(run, level=Level.COLLECTIVES, window=StepWindow(), command=["torchrun", "other.py"])
+        """,
+        capsys,
+    )
+    assert code == 0, err  # several torchrun --nnodes on one machine look the same: said, not refused
+    assert (
+        f"manifest.json already merged by another host of the job (ranks 0-1 of 2); but every rank of it ran "
+        f"on this host ({here}): unless this command is one of several torchrun --nnodes on this machine, a "
+        "second skewlens profile into this --out merged it, its ranks' traces replaced this command's, and "
+        "this capture is lost (the manifest's command: torchrun other.py); capture again into a directory of "
+        "its own"
+    ) in err
+
+
 def _job(run_id: str, port: int) -> dict[str, object]:
     """A part file's ``run_identity`` of a torchrun job."""
     return {"run_id": run_id, "rendezvous": f"127.0.0.1:{port}", "started_ns": 10, "restart_count": 0}

@@ -304,10 +304,7 @@ def _interrupted(
         print_capture_warnings(manifest, run_dir)
         kept = f"traces of {_ranks(manifest.ranks)} kept in {run_dir}{_missing(manifest)}"
     elif (other := existing_manifest(run_dir)) is not None:
-        kept = (
-            f"{run_dir}: manifest.json already merged by another host of the job "
-            f"({_ranks(other.ranks)} of {other.world_size}{_missing(other)})"
-        )
+        kept = _already_merged(other, run_dir)
     else:
         kept = _none_saved(_unsaved(run_dir))
         if created:
@@ -318,13 +315,35 @@ def _interrupted(
     return INTERRUPTED_STATUS
 
 
-def _merged_elsewhere(manifest: Manifest, run_dir: Path, command: list[str], code: int) -> int:
-    """Across hosts: another host's ``skewlens profile`` already merged every trace found into the run's
-    manifest (this host's ranks included where they saved one); say so and pass the exit code through."""
+def _already_merged(manifest: Manifest, run_dir: Path) -> str:
+    """``RUN: manifest.json already merged by another host of the job (ranks 0-1 of 2)``, and, where every
+    rank of that manifest ran on this host, that it may instead be a second ``skewlens profile`` into this
+    ``--out``, with its command. Such a profile (a one-host job, started 1 s after this one, that ended first)
+    had merged its own ranks, which replaced this one's traces: this one said only that another host of the
+    job merged them, of a job that ran on one host, and exited 0 with the other's table, its capture lost.
+    Several ``torchrun --nnodes`` on one machine look the same (one host name), so it is said, not refused."""
+    import socket
+
     where = (
         f"{run_dir}: manifest.json already merged by another host of the job "
         f"({_ranks(manifest.ranks)} of {manifest.world_size}{_missing(manifest)})"
     )
+    here = socket.gethostname()
+    hosts = {manifest.hosts.get(r) for r in range(manifest.world_size)}
+    if hosts != {here}:
+        return where
+    return (
+        f"{where}; but every rank of it ran on this host ({here}): unless this command is one of several "
+        f"torchrun --nnodes on this machine, a second skewlens profile into this --out merged it, its ranks' "
+        f"traces replaced this command's, and this capture is lost (the manifest's command: "
+        f"{shlex.join(manifest.command) or '?'}); capture again into a directory of its own"
+    )
+
+
+def _merged_elsewhere(manifest: Manifest, run_dir: Path, command: list[str], code: int) -> int:
+    """Across hosts: another host's ``skewlens profile`` already merged every trace found into the run's
+    manifest (this host's ranks included where they saved one); say so and pass the exit code through."""
+    where = _already_merged(manifest, run_dir)
     if code != 0:
         print_stderr(f"skewlens profile: error: command {_exited(code)}: {shlex.join(command)} ({where})")
         return exit_status(code)
