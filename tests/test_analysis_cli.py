@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from types import SimpleNamespace
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -23,6 +23,7 @@ from skewlens.analysis import analyze_run
 from skewlens.analysis.plots import breakdown_bars, wait_heatmap, wait_heatmap_data
 from skewlens.analysis.records import BlameRecord
 from skewlens.analysis.render import (
+    _grown_since,
     breakdown_table,
     critical_path_table,
     print_report,
@@ -34,6 +35,8 @@ from skewlens.analysis.render import (
     worst_collectives_table,
 )
 from skewlens.cli import main
+from skewlens.pictures import figure_class
+from skewlens.profiler.errors import SkewlensError
 from skewlens.profiler.store import load_run
 from skewlens.profiler.store.issues import ms_text, percent_text
 from skewlens.profiler.store.schema import read_table
@@ -135,6 +138,17 @@ def test_pictures_without_an_importable_matplotlib_are_a_one_line_error_and_writ
     # without pictures it needs no matplotlib
     assert main(["analyze", str(run), "--out", str(out), "--no-pictures"]) == 0
     assert sorted(p.suffix for p in out.iterdir()) == [".parquet"] * 5
+
+
+def test_a_broken_matplotlib_whose_import_fails_with_a_plain_import_error_is_the_same_one_line_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a broken install: the module is there, its name is not (ImportError, not ModuleNotFoundError)
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", ModuleType("matplotlib.figure"))
+    with pytest.raises(
+        SkewlensError, match=r"^cannot draw pictures: matplotlib cannot be imported \(cannot import"
+    ):
+        figure_class()
 
 
 def test_an_out_that_is_the_runs_own_directory_is_a_one_line_error_and_writes_nothing_there(
@@ -511,11 +525,12 @@ def test_an_uneven_cost_names_every_step_its_what_if_rule_names_not_only_the_cos
     )
 
 
-def _uneven_wait(waits_ms: list[float]) -> list[str]:
-    """The uneven-wait lines of rank 1, which made its peers wait ``waits_ms`` in its steps (each 10 ms)."""
+def _uneven_wait(waits_ms: list[float], *, step_ns: int = 10 * MS) -> list[str]:
+    """The uneven-wait lines of rank 1, which made its peers wait ``waits_ms`` in its steps (each
+    ``step_ns``)."""
     steps = range(len(waits_ms))
     result = SimpleNamespace(
-        blame=SimpleNamespace(baseline_step_ns=dict.fromkeys(steps, 10 * MS)),
+        blame=SimpleNamespace(baseline_step_ns=dict.fromkeys(steps, step_ns)),
         skew=SimpleNamespace(caused_wait_by_step={(1, s): round(w * MS) for s, w in enumerate(waits_ms)}),
     )
     return uneven_wait_notes(result, [1])  # type: ignore[arg-type]
@@ -588,6 +603,29 @@ def test_an_uneven_wait_whose_what_if_names_no_other_step_names_its_worst_step_a
     waits_ms: list[float], said: str
 ) -> None:
     assert _uneven_wait(waits_ms) == [f"rank 1's caused wait is uneven over its steps: {said}"]
+
+
+def test_an_uneven_wait_over_consecutive_steps_alone_names_them_as_one_run_of_steps() -> None:
+    said = "in steps 1-2 it made its peers wait 20.000 and 40.000 ms, 100% of it, in its median step 0.000 ms"
+    assert _uneven_wait([0, 20, 40, 0, 0, 0, 0, 0, 0, 0]) == [
+        f"rank 1's caused wait is uneven over its steps: {said}"
+    ]
+
+
+def test_an_uneven_wait_leaves_out_a_step_under_the_what_ifs_least_wait_of_blamed_ns() -> None:
+    # steps of 20 us: a tenth of one is 2 us, under BLAMED_NS (5 us), the least wait a what-if names a step
+    # for; step 1's 4 us (12% of the wait) is named by neither
+    said = "in step 3 it made its peers wait 0.030 ms, 88% of it, in its median step 0.000 ms"
+    assert _uneven_wait([0, 0.004, 0, 0.030, 0], step_ns=20_000) == [
+        f"rank 1's caused wait is uneven over its steps: {said}"
+    ]
+
+
+def test_a_what_ifs_steps_grown_since_before_the_steps_it_compares_begin_at_the_first_of_them() -> None:
+    # an event at step 3 whose scope grew from step 0, the blamed steps 2-9: the what-if starts at step 2
+    assert _grown_since(((3, 3), (7, 7)), {3: 0, 7: 6}, 2, 9) == ((2, 3), (6, 7))
+    # grown from step 2 to the last step: every step, no window
+    assert _grown_since(((3, 3), (9, 9)), {3: 0, 9: 4}, 2, 9) == ()
 
 
 def test_a_cpu_runs_breakdown_table_keeps_its_steps_column(tmp_path: Path) -> None:

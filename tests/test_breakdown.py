@@ -13,6 +13,7 @@ from test_analysis_scenarios import MS, Scenario, build_run
 from skewlens.analysis import analyze_run
 from skewlens.analysis.breakdown import (
     MEAN_PARTS,
+    OutlierStep,
     analyze_breakdown,
     outlier_steps,
     rank_means,
@@ -514,3 +515,14 @@ def test_a_local_sgd_average_that_mostly_waited_for_a_late_peer_is_no_more_work(
     # a step that waited under half its excess did more work still
     busy = replace(first, waited_ns=60 * MS)
     assert busy.more_work and not busy.waited
+
+
+def test_a_step_whose_wait_for_its_peers_is_half_its_excess_over_the_median_mostly_waited() -> None:
+    # 140 ms against a median of 3: 137 ms over it, half of which is 68.5 ms
+    half = OutlierStep(
+        step=3, ranks=1, worst_rank=0, worst_step_ns=140 * MS, median_step_ns=3 * MS, step_calls=2,
+        median_step_calls=1, waited_ns=137 * MS // 2,
+    )  # fmt: skip
+    assert (half.waited, half.more_work) == (True, False)
+    under = replace(half, waited_ns=137 * MS // 2 - 1)
+    assert (under.waited, under.more_work) == (False, True)

@@ -14,7 +14,7 @@ import pytest
 from rich.console import Console
 from rich.table import Table
 
-from skewlens.console import FILE_WIDTH, report_console
+from skewlens.console import FILE_WIDTH, _terminal_columns, report_console
 
 
 def test_a_report_to_a_pipe_is_wide_enough_for_the_cause_column(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -1378,3 +1378,14 @@ def test_a_dumb_terminal_without_columns_is_drawn_as_wide_as_the_terminal_is(
     finally:
         os.close(main_fd)
         os.close(tty_fd)
+
+
+def test_a_stream_that_tells_no_terminal_size_has_no_columns(tmp_path: Path) -> None:
+    # no file descriptor (a writer of its own), a closed file (ValueError), a StringIO (UnsupportedOperation)
+    class Writer:
+        def write(self, text: str) -> int:
+            return len(text)
+
+    with (tmp_path / "f").open("w") as closed:
+        pass
+    assert [_terminal_columns(s) for s in (Writer(), closed, io.StringIO())] == [0, 0, 0]  # type: ignore[arg-type]

@@ -29,7 +29,14 @@ from skewlens.cli import main as skewlens_main
 from skewlens.cli.store import check_main
 from skewlens.profiler.errors import TraceFormatError, ValidationError
 from skewlens.profiler.manifest import read_manifest, write_manifest
-from skewlens.profiler.store.issues import Severity, rank_ranges, summarise_skipped
+from skewlens.profiler.store.issues import (
+    DroppedSplits,
+    Severity,
+    SkippedComm,
+    lenient_line,
+    rank_ranges,
+    summarise_skipped,
+)
 from skewlens.profiler.store.load import load_run
 from skewlens.profiler.store.validate import load_validated, validate_run
 from skewlens.profiler.synth import RunBuilder
@@ -875,3 +882,19 @@ def test_a_lenient_report_saved_from_stdout_says_what_the_load_left_out_on_its_f
     args = ["replay", f"trace={whole}", f"out={tmp_path / 'whole'}", "progress=false", "lenient=true"]
     assert skewlens_main(args) == 0
     assert "lenient:" not in capsys.readouterr().out
+
+
+def test_the_lenient_line_counts_collectives_and_p2p_ops_apart_and_the_dropped_splits(tmp_path: Path) -> None:
+    # 3 collective instances of one group, 2 p2p ops of a pair, the splits of 2 all_to_all nodes
+    run = dataclasses.replace(
+        load_run(_three_rank_run(tmp_path / "run")),
+        skipped_comm=(
+            SkippedComm(pg_name="0", p2p=False, reason="r", detail="", seqs=(1, 2, 3)),
+            SkippedComm(pg_name="0", p2p=True, reason="r", detail="", nodes=((0, 5), (1, 6))),
+        ),
+        dropped_splits=tuple(DroppedSplits(file="rank-0.et", rank=0, node_id=n, reason="r") for n in (7, 9)),
+    )
+    assert lenient_line(run) == (
+        "lenient: 3 collective instance(s) and 2 p2p op(s) not matched across ranks, at their recorded "
+        "durations; the all_to_all splits of 2 node(s) dropped; the warnings on stderr say why"
+    )

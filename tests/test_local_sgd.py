@@ -10,14 +10,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from test_host_idle import printed_stragglers, replay_lines, what_if_step_times
 
 from skewlens.analysis import analyze_run
+from skewlens.analysis.index import build_index
 from skewlens.analysis.records import CauseKind
+from skewlens.analysis.render import outliers_note
+from skewlens.analysis.skew import _idle_by_step
 from skewlens.profiler.store import load_run
 from skewlens.profiler.store.model import RunTrace
 from skewlens.profiler.synth import RunBuilder
-from skewlens.profiler.vocab import CommType
+from skewlens.profiler.vocab import UNTRACED_NODE_NAME, CommType
 
 #: 8 steps, an all_reduce (the average) ending every ``K``-th step; each step ``MM_NS`` of ``aten::mm`` on
 #: both ranks, after the model's forward scope ``FORWARD``: ``FWD_NS`` on rank 0, ``FWD_NS + SLOW_NS`` on
@@ -115,3 +119,130 @@ def test_the_first_average_of_a_trace_is_caused_by_the_k_local_steps_before_it_t
     assert int(first.wait_ns[0]) == K * SLOW_NS
     assert first.cause.ops == ((FORWARD, K * SLOW_NS),)
     assert first.cause_first_step == 0
+
+
+def _average_run(
+    tmp_path: Path,
+    *,
+    fwd: dict[int, list[float]],
+    idle: dict[int, list[float]] | None = None,
+    mm: dict[int, list[float]] | None = None,
+) -> RunTrace:
+    """2 ranks, 4 steps after a broadcast both leave together, an all_reduce (the average) ending step 3;
+    each step of rank ``r`` runs ``FORWARD`` for ``fwd[r][s]`` ms, then untraced host time for
+    ``idle[r][s]`` ms (if any) and ``aten::mm`` for 1 ms plus ``mm[r][s]``."""
+    b = RunBuilder(world_size=2)
+    t = dict.fromkeys((0, 1), BCAST_NS)
+    for r in (0, 1):
+        b.rank(r).step(0).collective(
+            CommType.BROADCAST, comm_bytes=1 << 20, dur_ns=BCAST_NS, start_ns=0, root=0
+        )
+    for s in range(4):
+        for r in (0, 1):
+            rb = b.rank(r).step(s)
+            took = [round(fwd[r][s] * 1e6), round((idle or {}).get(r, [0] * 4)[s] * 1e6)]
+            took.append(MM_NS + round((mm or {}).get(r, [0] * 4)[s] * 1e6))
+            rb.compute(FORWARD, dur_ns=took[0], start_ns=t[r])
+            if took[1]:
+                rb.compute(UNTRACED_NODE_NAME, dur_ns=took[1])
+            rb.compute("aten::mm", dur_ns=took[2])
+            t[r] += sum(took)
+    end = max(t.values()) + XFER_NS
+    for r in (0, 1):
+        b.rank(r).step(3).collective(
+            CommType.ALL_REDUCE, comm_bytes=1 << 20, dur_ns=end - t[r], start_ns=t[r]
+        )
+    return load_run(b.write(tmp_path / "run", level="ops"))
+
+
+@pytest.mark.parametrize(
+    ("fwd", "idle", "mm", "cause", "first"),
+    [
+        # both ranks run a 2 ms forward every step, rank 1's 5 ms longer from step 2: it grew at step 2,
+        # though rank 1 ran it from step 0 (what it ran, not what grew, read step 0)
+        ({0: [2, 2, 2, 2], 1: [2, 2, 7, 7]}, None, None, (FORWARD, 10_000_000), 2),
+        # rank 1's forward 1, 3, 3, 3 ms longer: step 0 holds exactly a tenth of the growth, and is named
+        ({0: [0.1] * 4, 1: [1.1, 3.1, 3.1, 3.1]}, None, None, (FORWARD, 10_000_000), 0),
+        # rank 0's forward 4 ms longer at step 0, rank 1's 0.6, 4.4 and 4 at steps 1-3: step 1 holds 0.6 of
+        # the 9 ms rank 1 grew by (under a tenth), though 0.6 of the 5 ms it ended later by
+        ({0: [4.1, 0.1, 0.1, 0.1], 1: [0.1, 0.7, 4.5, 4.1]}, None, None, (FORWARD, 5_000_000), 2),
+        # rank 1's aten::mm 2 ms longer at step 0, its forward 5 ms at steps 2 and 3: the forward's growth
+        ({0: [0.1] * 4, 1: [0.1, 0.1, 5.1, 5.1]}, None, {1: [2, 0, 0, 0]}, (FORWARD, 10_000_000), 2),
+    ],
+    ids=["ran from step 0", "a tenth exactly", "a peer's growth", "another op grew first"],
+)
+def test_a_causes_first_step_is_where_its_scope_grew_against_the_median_member_not_where_it_ran(
+    tmp_path: Path,
+    fwd: dict[int, list[float]],
+    idle: dict[int, list[float]] | None,
+    mm: dict[int, list[float]] | None,
+    cause: tuple[str, int],
+    first: int,
+) -> None:
+    (e,) = [
+        e for e in analyze_run(_average_run(tmp_path, fwd=fwd, idle=idle, mm=mm)).skew.events if e.step == 3
+    ]
+    assert (e.blamed_rank, e.cause.kind, e.cause.ops[0], e.cause_first_step) == (
+        1,
+        CauseKind.COMPUTE,
+        cause,
+        first,
+    )
+
+
+@pytest.mark.parametrize(
+    ("fwd", "idle", "first"),
+    [
+        # both ranks idle 3 ms at step 0, rank 1 5 ms more at steps 2 and 3: its idle time grew at step 2
+        ({0: [0.1] * 4, 1: [0.1] * 4}, {0: [3, 0, 0, 0], 1: [3, 0, 5, 5]}, 2),
+        # rank 1's forward 2 ms longer at step 0 (a longer step, not idle time), its idle 5 ms at steps 2, 3
+        ({0: [0.1] * 4, 1: [2.1, 0.1, 0.1, 0.1]}, {1: [0, 0, 5, 5]}, 2),
+    ],
+    ids=["idle alike at step 0", "a longer step 0"],
+)
+def test_a_host_gaps_first_step_is_where_the_late_ranks_idle_time_grew_against_the_median_members(
+    tmp_path: Path, fwd: dict[int, list[float]], idle: dict[int, list[float]], first: int
+) -> None:
+    (e,) = [e for e in analyze_run(_average_run(tmp_path, fwd=fwd, idle=idle)).skew.events if e.step == 3]
+    assert (e.blamed_rank, e.cause.kind, e.cause_first_step) == (1, CauseKind.HOST_GAP, first)
+
+
+def test_the_first_step_of_a_scope_named_under_the_autograd_engines_prefix_is_found_by_its_label(
+    tmp_path: Path,
+) -> None:
+    # a cause names an op by its largest name ('autograd::engine::evaluate_function: MmBackward0'), its
+    # rows are matched by the label the cause shows ('MmBackward0')
+    name = "autograd::engine::evaluate_function: MmBackward0"
+    events = [
+        e for e in analyze_run(_local_sgd_run(tmp_path, name)).skew.events if e.comm_type == "ALL_REDUCE"
+    ]
+    assert [(e.cause.ops[0], e.cause_first_step) for e in events] == [
+        ((name, K * SLOW_NS), 0),
+        ((name, K * SLOW_NS), K),
+    ]
+
+
+def test_a_ranks_idle_time_by_step_is_counted_in_its_own_steps_not_a_peers_of_the_same_time(
+    tmp_path: Path,
+) -> None:
+    # rank 0 idles 6 ms in step 0, rank 1 5 ms in steps 2 and 3: rank 1's step 2 idle time falls in rank 0's
+    # step 0, and is rank 1's step 2's alone (steps of none left out)
+    ix = build_index(
+        _average_run(tmp_path, fwd={0: [0.1] * 4, 1: [0.1] * 4}, idle={0: [6, 0, 0, 0], 1: [0, 0, 5, 5]})
+    )
+    ri = ix.ranks[1]
+    assert +_idle_by_step(ix, ri, 0, int(ri.trace.start_ns.max())) == {2: 5_000_000, 3: 5_000_000}
+
+
+def test_the_averages_that_waited_for_the_slow_rank_are_said_to_have_mostly_waited_for_a_late_peer(
+    tmp_path: Path,
+) -> None:
+    # rank 0's averaging steps: 0.1 + 1 ms of its own work, 20 ms (4 x 5) waiting for rank 1 and the 0.3 ms
+    # transfer, 21.4 ms against its median step of 1.1 ms, 20 of the 20.3 ms over it a wait
+    step = (
+        "took 19.5x the median step (rank 0: 21.400 against 1.100 ms; 20.000 ms of it waiting for its peers)"
+    )
+    assert outliers_note(analyze_run(_local_sgd_run(tmp_path))) == (
+        f"step 3 {step}; step 7 {step}: the means include them (2 of them mostly waited for a late peer: see "
+        "the stragglers and the collectives above); every step is in step_breakdown.parquet"
+    )

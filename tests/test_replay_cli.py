@@ -2274,6 +2274,9 @@ def test_a_group_override_of_a_saved_config_that_sets_the_group_says_the_files_v
     )
     assert warnings == [said]
     assert OmegaConf.load(again / "config.yaml").topology.name == "two_node_ib"  # as the warning says
+    # of two overrides of the group, the last, which Hydra takes, is the one the warning names
+    warn_group_overrides(["-cd", str(first), "-cn", "config", "topology=switch", "topology=ring"])
+    assert capsys.readouterr().err.splitlines() == [said]
     # a key of the group's, and a group the file leaves to its defaults, are no such case
     (mine := tmp_path / "cfg").mkdir()
     (mine / "mine.yaml").write_text("defaults: [replay, _self_]\ncomm_mode: model\n")

@@ -1128,10 +1128,12 @@ def test_each_rank_of_a_scaled_run_has_the_gpu_and_device_of_the_captured_rank_i
     assert scaled.manifest.devices == {r: f"cuda:{r % 2}" for r in range(5)}
 
 
+@pytest.mark.parametrize("rooted", [CommType.BROADCAST, CommType.REDUCE])
 @pytest.mark.parametrize("row_major", [True, False])
 def test_a_broadcasts_root_follows_its_copy_so_every_new_replica_replays_as_the_one_it_copies(
-    tmp_path: Path, row_major: bool
+    tmp_path: Path, row_major: bool, rooted: CommType
 ) -> None:
+    # (a reduce's root, its destination, likewise)
     # a 2 x 2 mesh whose tp pairs broadcast from their j = 0 member each step (Megatron's input broadcast)
     # and whose dp groups broadcast from their d = 0 member (DDP's buffers): j = 1 computes longer before the
     # tp broadcast, so its root, who waits for no one, ends earlier than a member that waits for the last.
@@ -1150,15 +1152,16 @@ def test_a_broadcasts_root_follows_its_copy_so_every_new_replica_replays_as_the_
         for k in ("dp", "tp")
     }
     roots = {f"mesh_tp_{d}": at(d, 0) for d in range(2)} | {f"mesh_dp_{j}": at(0, j) for j in range(2)}
-    schedule = (("dp", AG, FULL // 2), ("tp", CommType.BROADCAST, 64 << 10), ("dp", CommType.BROADCAST, 4096))
+    schedule = (("dp", AG, FULL // 2), ("tp", rooted, 64 << 10), ("dp", rooted, 4096))
     run = build(tmp_path / "mesh", world=4, schedule=schedule, groups=groups, group_of=group_of, roots=roots)
     scaled = scale_run(run, 4)
     first = {r for r in range(8) if (r % 2 == 0 if row_major else r < 4)}  # the new ranks with j = 0
     roots_of = {}
     for c in scaled.collectives:
-        if c.comm_type == CommType.BROADCAST:
+        if c.comm_type == rooted:
+            col = "src" if rooted == CommType.BROADCAST else "dst"
             roots_of[c.pg_name, c.ranks] = {
-                int(scaled.ranks[r].src[w]) for r, w in zip(c.ranks, c.rows, strict=True)
+                int(getattr(scaled.ranks[r], col)[w]) for r, w in zip(c.ranks, c.rows, strict=True)
             }
     # a tp pair's root is its j = 0 member; a dp group's its d = 0 member, the first
     want = {(n, m): set(m) & first if n.startswith("mesh_tp") else {m[0]} for n, m in roots_of}
@@ -1196,3 +1199,24 @@ def test_broadcasts_from_several_roots_on_the_data_parallel_group_are_counted_as
         tmp_path / "mesh", world=4, schedule=mesh_bcast, groups=MESH_GROUPS, group_of=MESH_OF, roots=roots
     )
     assert "captured roots" not in scale_run(mesh, 8).manifest.notes["scale"]
+
+
+def test_a_root_that_no_new_rank_copies_is_unknown_and_a_broadcast_of_no_recorded_root_is_no_second_owner(
+    tmp_path: Path,
+) -> None:
+    # 4 data-parallel ranks broadcasting from rank 3, at 2: no new rank copies rank 3, so the root is unknown
+    four = build(tmp_path / "four", world=4, schedule=(*DDP, ("0", CommType.BROADCAST, 4096)), roots={"0": 3})
+    two = scale_run(four, 2)
+    roots = {
+        int(two.ranks[r].src[w])
+        for c in two.collectives
+        if c.comm_type == CommType.BROADCAST
+        for r, w in zip(c.ranks, c.rows, strict=True)
+    }
+    assert roots == {-1}
+    # broadcasts from rank 0 and one whose root was not recorded: one root, no owners' caveat
+    b = RunBuilder(world_size=2)
+    for r in range(2):
+        for i, root in enumerate((0, None, 0)):
+            b.rank(r).collective(CommType.BROADCAST, 4096, 100_000, start_ns=1_000_000 * (i + 1), root=root)
+    assert "captured roots" not in scale_run(load_run(b.write(tmp_path / "one")), 8).manifest.notes["scale"]
