@@ -559,18 +559,20 @@ def _what_if_steps(by_step: Mapping[int, int], floor: float, steps: int) -> tupl
 def _grown_since(
     runs: tuple[tuple[int, int], ...], grew_from: Mapping[int, int], first: int, last: int
 ) -> tuple[tuple[int, int], ...]:
-    """``runs`` (first, last) of :func:`_what_if_steps`, each begun at the earliest step where the scope
-    grew before the events of its steps (``grew_from``: an event's step -> the first step of the scope's
-    rows in its window, :attr:`~skewlens.analysis.skew.SkewEvent.cause_first_step`), not before ``first``
-    (the run's first step), overlapping or adjacent runs merged; none (every step) where they are none or
-    every step to ``last``. Before, a run was the events' steps alone: on 2 gloo ranks of Local SGD
-    averaging every 4th step, rank 1's forward 30 ms slower every step, the what-if took its forward away at
-    the averaging steps 2, 6 and 10, and its peer still waited 15.8 ms a step of 23.2 (the 3 local steps
-    before each average)."""
+    """``runs`` (first, last) of :func:`_what_if_steps`, each begun at the earliest step where the scope grew
+    before the events of its steps (``grew_from``: an event's step -> the first step of the scope's rows in
+    its window, :attr:`~skewlens.analysis.skew.SkewEvent.cause_first_step`), not before ``first`` (the run's
+    first step), overlapping or adjacent runs merged in the order of their new starts (runs (5, 5) and (8, 8)
+    whose growth began at steps 4 and 1 are (1, 8): merged in run order, they were (4, 8)); none (every step)
+    where they are none or every step to ``last``. Before, a run was the events' steps alone: on 2 gloo ranks
+    of Local SGD averaging every 4th step, rank 1's forward 30 ms slower every step, the what-if took its
+    forward away at the averaging steps 2, 6 and 10, and its peer still waited 15.8 ms a step of 23.2 (the 3
+    local steps before each average)."""
+    grown = sorted(
+        (max(first, min([a, *(grew_from.get(s, s) for s in range(a, b + 1))])), b) for a, b in runs
+    )  # by their new starts: a later run's growth can reach back past an earlier run's (subgroups)
     out: list[tuple[int, int]] = []
-    for a, b in runs:
-        since = min([a, *(grew_from.get(s, s) for s in range(a, b + 1))])
-        a = max(since, first)
+    for a, b in grown:
         if out and a <= out[-1][1] + 1:
             out[-1] = (out[-1][0], max(out[-1][1], b))
         else:

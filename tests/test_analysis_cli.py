@@ -628,6 +628,14 @@ def test_a_what_ifs_steps_grown_since_before_the_steps_it_compares_begin_at_the_
     assert _grown_since(((3, 3), (9, 9)), {3: 0, 9: 4}, 2, 9) == ()
 
 
+def test_a_later_what_if_run_whose_growth_reaches_past_an_earlier_runs_start_begins_where_it_grew() -> None:
+    # events at steps 5 and 8 (subgroups: the step-8 event's window reached back past step 5's sync point),
+    # grown from steps 4 and 1: one run from step 1, where the merge in run order kept (4, 8)
+    assert _grown_since(((5, 5), (8, 8)), {5: 4, 8: 1}, 0, 9) == ((1, 8),)
+    # and one reaching back past two earlier runs swallows both
+    assert _grown_since(((3, 3), (5, 5), (8, 8)), {8: 2}, 0, 9) == ((2, 8),)
+
+
 def test_a_cpu_runs_breakdown_table_keeps_its_steps_column(tmp_path: Path) -> None:
     result = analyze_run(load_run(build_one_slow_rank(tmp_path / "run")), blame=False)
     t = breakdown_table(result)

@@ -207,18 +207,31 @@ def test_a_host_gaps_first_step_is_where_the_late_ranks_idle_time_grew_against_t
     assert (e.blamed_rank, e.cause.kind, e.cause_first_step) == (1, CauseKind.HOST_GAP, first)
 
 
-def test_the_first_step_of_a_scope_named_under_the_autograd_engines_prefix_is_found_by_its_label(
+def test_the_first_step_of_a_scope_whose_label_is_cut_is_found_and_an_autograd_nodes_is_not_looked_for(
     tmp_path: Path,
 ) -> None:
-    # a cause names an op by its largest name ('autograd::engine::evaluate_function: MmBackward0'), its
-    # rows are matched by the label the cause shows ('MmBackward0')
+    # a cause names an op by its whole name, its rows are matched by the label the cause shows (a name over
+    # 64 characters cut with '…'); an autograd node is no scope a what-if takes away (Cause.stalled_scope),
+    # so its first step is not looked for: -1
+    long = "checkpoint_and_log_metrics_to_the_experiment_tracker_of_this_team_" + "x" * 20
+    events = [
+        e
+        for e in analyze_run(_local_sgd_run(tmp_path / "a", long)).skew.events
+        if e.comm_type == "ALL_REDUCE"
+    ]
+    assert [(e.cause.ops[0], e.cause.stalled_scope, e.cause_first_step) for e in events] == [
+        ((long, K * SLOW_NS), True, 0),
+        ((long, K * SLOW_NS), True, K),
+    ]
     name = "autograd::engine::evaluate_function: MmBackward0"
     events = [
-        e for e in analyze_run(_local_sgd_run(tmp_path, name)).skew.events if e.comm_type == "ALL_REDUCE"
+        e
+        for e in analyze_run(_local_sgd_run(tmp_path / "b", name)).skew.events
+        if e.comm_type == "ALL_REDUCE"
     ]
-    assert [(e.cause.ops[0], e.cause_first_step) for e in events] == [
-        ((name, K * SLOW_NS), 0),
-        ((name, K * SLOW_NS), K),
+    assert [(e.cause.ops[0], e.cause.stalled_scope, e.cause_first_step) for e in events] == [
+        ((name, K * SLOW_NS), False, -1),
+        ((name, K * SLOW_NS), False, -1),
     ]
 
 
