@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from skewlens.profiler.store.parquet import export_run, open_dataset
 from skewlens.profiler.store.schema import (
     META_RUN_ID,
     META_SOURCE,
+    META_STARTED,
     META_TABLE,
     META_VERSION,
     P2PRecord,
@@ -197,7 +199,7 @@ def test_analyze_and_replay_files_name_their_runs_path_and_job_id_for_pyarrow_an
     (python,) = re.findall(r"```python\n(.*?)```", section, flags=re.S)
     scope: dict[str, Any] = {}
     exec(python, scope)  # the docs' snippet, verbatim: run a has no job id
-    assert (scope["source"], scope["run_id"]) == (source["a"].decode(), "")
+    assert (scope["source"], scope["run_id"], scope["started_ns"]) == (source["a"].decode(), "", 0)
     (sql,) = re.findall(r"```sql\n(.*?)```", section, flags=re.S)
     steps = {
         name: {
@@ -208,11 +210,55 @@ def test_analyze_and_replay_files_name_their_runs_path_and_job_id_for_pyarrow_an
     }
     assert steps["a"] and steps["b"]
     got = duckdb.sql(sql).fetchall()
-    assert [(s, i, r) for s, i, r, _n, _ns in got] == [
-        (source[n].decode(), "job-7" if n == "b" else None, r)
+    assert [(s, i, t, r) for s, i, t, r, _n, _ns in got] == [
+        (source[n].decode(), "job-7" if n == "b" else None, 1 if n == "b" else None, r)
         for n in sorted(source)
         for r in sorted(steps[n])
     ]
+
+
+def _captured(run_dir: Path, started_ns: int) -> Path:
+    """A capture of the pipeline program into ``run_dir`` (replacing what is there) that began at
+    ``started_ns``, by a one-host torchrun job given no ``--rdzv-id`` (its run id torchrun's ``none``)."""
+    shutil.rmtree(run_dir, ignore_errors=True)
+    _pipeline_run(run_dir)
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    manifest["run_identity"] = {"run_id": "none", "rendezvous": "127.0.0.1:29500", "started_ns": started_ns}
+    (run_dir / "manifest.json").write_text(json.dumps(manifest))
+    return run_dir
+
+
+def test_two_captures_into_the_same_path_are_told_apart_by_every_export_and_analysis_file_by_its_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    started = {"mon": 1_765_000_000_123_456_789, "tue": 1_765_086_400_987_654_321}
+    for day, ns in started.items():  # the same program, into the same path, a day apart
+        _captured(tmp_path / "runs" / "x", ns)
+        assert skewlens_main(["export", "runs/x", "--out", f"FLEET/run={day}", "--no-progress"]) == 0
+        assert skewlens_main(["analyze", "runs/x", "--out", f"AN/run={day}", "--no-pictures"]) == 0
+    source = str((tmp_path / "runs" / "x").resolve()).encode()
+    for day, ns in started.items():
+        files = sorted((tmp_path / "FLEET" / f"run={day}").rglob("*.parquet"))
+        tables = {_kv(f)[META_TABLE] for f in files}
+        assert tables >= {b"nodes", b"deps", b"collectives", b"p2p", b"ranks", b"groups"}
+        files += sorted((tmp_path / "AN" / f"run={day}").glob("*.parquet"))
+        for f in files:  # the same path; no job id (torchrun's none names no run); the capture's start
+            kv = _kv(f)
+            said = (kv[META_SOURCE], kv.get(META_RUN_ID), kv[META_STARTED])
+            assert said == (source, None, str(ns).encode()), f
+    runs = duckdb.sql(
+        """
+        SELECT decode(max(value) FILTER (WHERE key = encode('skewlens.source'))) AS source,
+               decode(max(value) FILTER (WHERE key = encode('skewlens.run_id'))) AS run_id,
+               CAST(decode(max(value) FILTER (WHERE key = encode('skewlens.started_ns'))) AS BIGINT)
+                 AS started_ns
+        FROM parquet_kv_metadata('FLEET/run=*/collectives.parquet')
+        GROUP BY file_name
+        ORDER BY started_ns
+        """
+    ).fetchall()
+    assert runs == [(source.decode(), None, started["mon"]), (source.decode(), None, started["tue"])]
 
 
 def test_the_new_columns_are_the_same_whether_the_ranks_were_decoded_or_read_from_the_column_cache(

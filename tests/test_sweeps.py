@@ -1367,7 +1367,7 @@ def test_a_sweep_file_of_schema_version_14_reads_with_no_exposed_comm_and_a_curr
 
     row = dataclasses.replace(_job(0, "a=1", 1.0), mean_exposed_transfer_ns=7, mean_exposed_wait_ns=8)
     current = table_from_records(SweepRecord, [row], "sweep")
-    assert current.schema.metadata[META_VERSION] == SCHEMA_VERSION.encode() == b"16"
+    assert current.schema.metadata[META_VERSION] == SCHEMA_VERSION.encode() == b"17"
     assert read_sweep(write_table(current, tmp_path / "v15.parquet")) == [row]
     v14 = current.drop_columns(["mean_exposed_transfer_ns", "mean_exposed_wait_ns"])
     f = write_table(

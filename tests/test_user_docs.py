@@ -12,7 +12,13 @@ from user_docs import ROOT, USER_DOCS, flags_in_code
 
 PACKAGE = ROOT / "skewlens"
 #: Metadata keys of the Parquet files, not Python names.
-NOT_PYTHON = {"skewlens.schema_version", "skewlens.table", "skewlens.source", "skewlens.run_id"}
+NOT_PYTHON = {
+    "skewlens.schema_version",
+    "skewlens.table",
+    "skewlens.source",
+    "skewlens.run_id",
+    "skewlens.started_ns",
+}
 
 
 def documented_names() -> dict[str, str]:

@@ -13,6 +13,10 @@ docs/parquet.md)::
     groups.parquet                    one row per process group
     run.json, manifest.json           provenance: what was exported, from where, by which version
 
+Every table's key-value metadata also names the run
+(:func:`~skewlens.profiler.store.schema.provenance_metadata`, as the analyses' and the replay's files do),
+so a file read away from ``run.json`` still says which run it is of.
+
 The run is converted rank by rank (one worker process per rank file, ``workers`` at a time), each worker
 streaming its rank's tables to disk and handing back only its communication rows, so memory stays
 bounded by a few ranks whatever the size of the run. The ``model`` table is the replay layer's (the store
@@ -73,7 +77,9 @@ from skewlens.profiler.store.schema import (
     added_since,
     arrow_schema,
     columns_markdown,
+    provenance_metadata,
     table_from_columns,
+    with_metadata,
     write_table,
 )
 from skewlens.profiler.store.validate import find_cycle, refusal
@@ -289,9 +295,17 @@ class _RankResult:
 
 
 def _export_rank(
-    path: Path, rank: int, tmp: Path, pg_names: list[str], world: tuple[int, ...], *, mark_stream: int | None
+    path: Path,
+    rank: int,
+    tmp: Path,
+    pg_names: list[str],
+    world: tuple[int, ...],
+    *,
+    mark_stream: int | None,
+    meta: Mapping[bytes, bytes],
 ) -> _RankResult:
-    """Worker: decode one rank, write its partitions, return its communication rows (``mark_stream``:
+    """Worker: decode one rank, write its partitions (``meta`` added to their key-value metadata: the
+    run's :func:`provenance_metadata`), return its communication rows (``mark_stream``:
     :func:`step_mark_stream`)."""
     sink = IssueLog(strict=False)
     found: dict[str, ProcessGroupInfo] = {}
@@ -315,8 +329,9 @@ def _export_rank(
     if cycle is not None:
         chain = " -> ".join(f"{rt.node_id[i]} ({rt.name(i)})" for i in reversed(cycle))
         sink.error("dependency-cycle", f"{path}: rank {rank}: dependency cycle: {chain}", rank=rank)
-    write_table(nodes_table(rt, names), partition_path(tmp, "nodes", rank), row_group_size=ROW_GROUP)
-    write_table(deps_table(rt), partition_path(tmp, "deps", rank), row_group_size=ROW_GROUP)
+    nodes, deps = with_metadata(nodes_table(rt, names), meta), with_metadata(deps_table(rt), meta)
+    write_table(nodes, partition_path(tmp, "nodes", rank), row_group_size=ROW_GROUP)
+    write_table(deps, partition_path(tmp, "deps", rank), row_group_size=ROW_GROUP)
     for note in rt.notes:
         sink.info("inferred", f"{path}: rank {rank}: {note}", file=str(path), rank=rank)
     return _RankResult(
@@ -355,13 +370,15 @@ def _remap(res: _RankResult, pg_names: list[str]) -> None:
         res.comm.pg[valid] = lut[res.comm.pg[valid]]
 
 
-def _results(files: RunFiles, tmp: Path, pg_names: list[str], workers: int) -> Iterator[_RankResult]:
+def _results(
+    files: RunFiles, tmp: Path, pg_names: list[str], workers: int, meta: Mapping[bytes, bytes]
+) -> Iterator[_RankResult]:
     world = tuple(range(files.manifest.world_size))
     mark = step_mark_stream(files.manifest)
     todo = [(f, r) for r, f in sorted(files.files.items()) if f.exists()]
     if workers <= 1 or len(todo) <= 1:
         for f, r in todo:
-            yield _export_rank(f, r, tmp, pg_names, world, mark_stream=mark)
+            yield _export_rank(f, r, tmp, pg_names, world, mark_stream=mark, meta=meta)
         return
     if (why := no_temp_dir()) is not None:  # it was "cannot write OUT: No such file or directory"
         raise SkewlensError(
@@ -371,7 +388,10 @@ def _results(files: RunFiles, tmp: Path, pg_names: list[str], workers: int) -> I
     from concurrent.futures.process import BrokenProcessPool
 
     with process_pool(min(workers, len(todo)), __name__) as pool:  # no process without a rank file
-        futures = [pool.submit(_export_rank, f, r, tmp, pg_names, world, mark_stream=mark) for f, r in todo]
+        futures = [
+            pool.submit(_export_rank, f, r, tmp, pg_names, world, mark_stream=mark, meta=meta)
+            for f, r in todo
+        ]
         try:
             for (f, r), fut in zip(todo, futures, strict=True):
                 try:
@@ -429,13 +449,14 @@ def _export_into(
     strict: bool,
 ) -> ExportSummary:
     manifest = files.manifest
+    meta = provenance_metadata(files.root, manifest)  # every table names its run, as the analyses' do
     pg_names = [g.name for g in manifest.process_groups]
     groups: dict[str, ProcessGroupInfo] = {}
     comm: dict[int, CommRows] = {}
     num_nodes: dict[int, int] = {}
     rows = {"nodes": 0, "deps": 0}
     with progress.task("exporting ranks", len(files.files)) as advance:
-        for res in _results(files, tmp, pg_names, workers):
+        for res in _results(files, tmp, pg_names, workers, meta):
             _remap(res, pg_names)
             for k, v in res.pg_found.items():
                 groups.setdefault(k, v)
@@ -453,23 +474,25 @@ def _export_into(
     missing = frozenset(manifest.missing_ranks) | (frozenset(manifest.ranks) - frozenset(comm))
     instances = match_instances(comm, pg_names, groups, sink, missing_ranks=missing)
     pairs = match_pairs(comm, pg_names, sink)
-    rows["collectives"] = _write_collectives(tmp, comm, instances)
-    rows["p2p"] = _write_p2p(tmp, comm, pairs)
-    rows["ranks"] = _write_ranks(tmp, files, num_nodes)
-    rows["groups"] = _write_groups(tmp, groups, pg_names)
+    rows["collectives"] = _write_collectives(tmp, comm, instances, meta)
+    rows["p2p"] = _write_p2p(tmp, comm, pairs, meta)
+    rows["ranks"] = _write_ranks(tmp, files, num_nodes, meta)
+    rows["groups"] = _write_groups(tmp, groups, pg_names, meta)
     if model is not None and not (strict and any(i.severity is Severity.ERROR for i in sink.issues)):
-        _write_model(tmp, model, rows, sink)
+        _write_model(tmp, model, rows, sink, meta)
     _write_provenance(tmp, files, rows, sink)
     return ExportSummary(out_dir=tmp, rows=rows, issues=tuple(sink.issues))
 
 
-def _write_model(tmp: Path, model: ModelColumns, rows: dict[str, int], sink: IssueLog) -> None:
+def _write_model(
+    tmp: Path, model: ModelColumns, rows: dict[str, int], sink: IssueLog, meta: Mapping[bytes, bytes]
+) -> None:
     """The ``model`` table's partitions and ``rows["model"]``; none, and a warning, where ``model`` raises."""
     n = 0
     try:
         for rank, cols in model():
             arrays = {k: pa.array(v, type=pa.int64()) for k, v in cols.items()}
-            table = _partition_table(ModelRecord, arrays, "model")
+            table = with_metadata(_partition_table(ModelRecord, arrays, "model"), meta)
             write_table(table, partition_path(tmp, "model", rank), row_group_size=ROW_GROUP)
             n += table.num_rows
     except SkewlensError as e:
@@ -483,7 +506,9 @@ def _at(c: CommRows, row: int) -> int:
     return int(np.searchsorted(c.row, row))
 
 
-def _write_collectives(tmp: Path, comm: dict[int, CommRows], instances: list[CollectiveInstance]) -> int:
+def _write_collectives(
+    tmp: Path, comm: dict[int, CommRows], instances: list[CollectiveInstance], meta: Mapping[bytes, bytes]
+) -> int:
     """One row per member per instance, gathered rank by rank with numpy."""
     sizes = np.fromiter((len(i.ranks) for i in instances), dtype=np.int64, count=len(instances))
     total = int(sizes.sum())
@@ -523,11 +548,14 @@ def _write_collectives(tmp: Path, comm: dict[int, CommRows], instances: list[Col
         "group_size": np.repeat(sizes, sizes),
         "dtype": pa.array(dtype, type=pa.string()).dictionary_encode(),
     }
-    write_table(table_from_columns(CollectiveRecord, cols, "collectives"), tmp / "collectives.parquet")
+    table = table_from_columns(CollectiveRecord, cols, "collectives")
+    write_table(with_metadata(table, meta), tmp / "collectives.parquet")
     return total
 
 
-def _write_p2p(tmp: Path, comm: dict[int, CommRows], pairs: list[P2PPair]) -> int:
+def _write_p2p(
+    tmp: Path, comm: dict[int, CommRows], pairs: list[P2PPair], meta: Mapping[bytes, bytes]
+) -> int:
     cols: dict[str, list[Any]] = {f.name: [] for f in fields(P2PRecord)}
     for k, p in enumerate(pairs):
         s, d = comm[p.src_rank], comm[p.dst_rank]
@@ -546,11 +574,11 @@ def _write_p2p(tmp: Path, comm: dict[int, CommRows], pairs: list[P2PPair]) -> in
         cols["send_end_ns"].append(int(s.start_ns[i] + s.dur_ns[i]))
         cols["recv_start_ns"].append(int(d.start_ns[j]))
         cols["recv_end_ns"].append(int(d.start_ns[j] + d.dur_ns[j]))
-    write_table(table_from_columns(P2PRecord, cols, "p2p"), tmp / "p2p.parquet")
+    write_table(with_metadata(table_from_columns(P2PRecord, cols, "p2p"), meta), tmp / "p2p.parquet")
     return len(cols["src_rank"])
 
 
-def _write_ranks(tmp: Path, files: RunFiles, num_nodes: dict[int, int]) -> int:
+def _write_ranks(tmp: Path, files: RunFiles, num_nodes: dict[int, int], meta: Mapping[bytes, bytes]) -> int:
     m = files.manifest
     ranks = sorted(num_nodes)
     cols = {
@@ -563,11 +591,13 @@ def _write_ranks(tmp: Path, files: RunFiles, num_nodes: dict[int, int]) -> int:
         # absolute, as run.json's source: a run named relative to the cwd gave a path only that cwd resolves
         "trace_file": [str(Path(files.files[r]).resolve()) for r in ranks],
     }
-    write_table(table_from_columns(RankRecord, cols, "ranks"), tmp / "ranks.parquet")
+    write_table(with_metadata(table_from_columns(RankRecord, cols, "ranks"), meta), tmp / "ranks.parquet")
     return len(ranks)
 
 
-def _write_groups(tmp: Path, groups: Mapping[str, ProcessGroupInfo], pg_names: list[str]) -> int:
+def _write_groups(
+    tmp: Path, groups: Mapping[str, ProcessGroupInfo], pg_names: list[str], meta: Mapping[bytes, bytes]
+) -> int:
     """One row per group of ``pg_names`` (the store's order), with what the run records of it."""
     cols: dict[str, list[Any]] = {f.name: [] for f in fields(GroupRecord)}
     for name in pg_names:
@@ -576,7 +606,7 @@ def _write_groups(tmp: Path, groups: Mapping[str, ProcessGroupInfo], pg_names: l
         cols["pg_desc"].append(g.desc if g else "")
         cols["ranks"].append(list(g.ranks) if g else None)
         cols["backend"].append(g.backend if g else "")
-    write_table(table_from_columns(GroupRecord, cols, "groups"), tmp / "groups.parquet")
+    write_table(with_metadata(table_from_columns(GroupRecord, cols, "groups"), meta), tmp / "groups.parquet")
     return len(pg_names)
 
 

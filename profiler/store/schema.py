@@ -45,8 +45,10 @@ if TYPE_CHECKING:
 #: :func:`provenance_metadata`; 14: ``ranks.gpu``; 15: replay's ``sweep.mean_exposed_transfer_ns`` and
 #: ``mean_exposed_wait_ns``, and a column per swept setting after ``sweep``'s own, which no table lists;
 #: 16: ``step_breakdown.complete`` is false of every step of a run a rank of which has no trace, no column
-#: added).
-SCHEMA_VERSION = "16"
+#: added; 17: the export's tables name their run as the analyses' and replay's files do, every such file
+#: carries :data:`META_STARTED` where the manifest records the capture's start, and :data:`META_RUN_ID` is
+#: left out where it is torchrun's ``none``, no column added).
+SCHEMA_VERSION = "17"
 #: The oldest version :func:`read_table` reads: every change since only added nullable columns
 #: (:data:`ADDED_IN`), which a file of an older version reads as null.
 OLDEST_READABLE = 4
@@ -80,11 +82,15 @@ ADDED_IN: dict[int, dict[str, tuple[str, ...]]] = {
 }
 META_VERSION = b"skewlens.schema_version"
 META_TABLE = b"skewlens.table"
-#: Key-value metadata of the analyses' and the replay's files (from version 13): the run they were made
-#: from, its absolute path, and its torchrun job id (the manifest's ``run_identity.run_id``, only where the
-#: manifest records one).
+#: Key-value metadata of the export's, the analyses' and the replay's files (:func:`provenance_metadata`;
+#: the analyses' and replay's from version 13, the export's and :data:`META_STARTED` from 17): the run they
+#: were made from, its absolute path; its torchrun job id (the manifest's ``run_identity.run_id``, only
+#: where the manifest records one other than torchrun's ``none``); when its capture began.
 META_SOURCE = b"skewlens.source"
 META_RUN_ID = b"skewlens.run_id"
+META_STARTED = b"skewlens.started_ns"
+#: torchrun's ``TORCHELASTIC_RUN_ID`` of every job given no id of its own: it names no run.
+NO_RUN_ID = "none"
 
 _ARROW_OF: dict[Any, pa.DataType] = {
     int: pa.int64(),
@@ -242,13 +248,19 @@ def arrow_file(path: str | Path, mode: str = "rb") -> pa.NativeFile:
 
 
 def provenance_metadata(run_dir: str | Path, manifest: Manifest) -> dict[bytes, bytes]:
-    """The key-value metadata that names the run a file was made from (the analyses' and the replay's
-    files): :data:`META_SOURCE`, the run's absolute path (as the export's ``run.json`` gives its
-    ``source``), and :data:`META_RUN_ID`, its torchrun job id, only where its manifest records one."""
+    """The key-value metadata that names the run a file was made from (the export's, the analyses' and the
+    replay's files): :data:`META_SOURCE`, the run's absolute path (as the export's ``run.json`` gives its
+    ``source``); :data:`META_RUN_ID`, its torchrun job id, only where its manifest records one and it is not
+    torchrun's ``none`` (the id of every job given none of its own, which would match every other such
+    run); :data:`META_STARTED`, when its capture began (the manifest's ``run_identity.started_ns``, wall
+    clock ns since the epoch), only where the manifest records it: what tells apart two captures into
+    the same path."""
     meta = {META_SOURCE: os.fsencode(Path(run_dir).resolve())}
     identity = manifest.run_identity
-    if identity is not None and identity.run_id:
+    if identity is not None and identity.run_id and identity.run_id != NO_RUN_ID:
         meta[META_RUN_ID] = identity.run_id.encode()
+    if identity is not None and identity.started_ns > 0:
+        meta[META_STARTED] = str(identity.started_ns).encode()
     return meta
 
 
