@@ -364,10 +364,21 @@ def swept_settings(overrides: Sequence[str]) -> dict[str, list[str | None]]:
         for token in override_tokens(own):
             if (kv := override_setting(token)) is not None:
                 keys.setdefault(kv[0])
-    jobs = [
-        dict(kv for t in override_tokens(o) if (kv := override_setting(t)) is not None) for o in overrides
-    ]
+    jobs = [job_settings(o) for o in overrides]
     return {key: [job.get(key) for job in jobs] for key in keys}
+
+
+def job_settings(overrides: str) -> dict[str, str]:
+    """The settings one job's overrides (space-separated) give: key to value (:func:`override_setting`)."""
+    return dict(kv for t in override_tokens(overrides) if (kv := override_setting(t)) is not None)
+
+
+def shared_setting(overrides: Sequence[str], key: str) -> str | None:
+    """The value of ``key`` that every one of two or more sweep jobs (``overrides[k]``) gives, as the setting
+    takes it (``trace='runs/run=a'``: ``runs/run=a``); None where a job gives another or none, or for a
+    lone job."""
+    values = {job_settings(o).get(key) for o in overrides}
+    return values.pop() if len(overrides) >= 2 and len(values) == 1 else None
 
 
 _INTEGER = re.compile(r"[+-]?[0-9]+")

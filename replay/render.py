@@ -8,7 +8,14 @@ from statistics import median
 from rich.table import Table
 
 from skewlens.profiler.store.issues import MAX_RANK_ROWS, ms_text, rank_ranges
-from skewlens.replay.outputs import GBPS_NOTE, SweepRecord, distinct_overrides, setting_unit, swept_settings
+from skewlens.replay.outputs import (
+    GBPS_NOTE,
+    SweepRecord,
+    distinct_overrides,
+    setting_unit,
+    shared_setting,
+    swept_settings,
+)
 from skewlens.replay.summary import GPU_PART_FIELDS, SummaryRecord
 
 
@@ -202,9 +209,12 @@ def ms_or_dash(ns: int | None) -> str:
 def sweep_table(rows: Sequence[SweepRecord], failed: Sequence[str] = ()) -> Table:
     """One row per sweep job: the overrides that differ between jobs (those that ``failed``, given by
     their overrides, included; the header gives their units), the replayed step times and the exposed
-    communication of each step's slowest rank (ms). The topology, slowdown or communication mode that two or
-    more jobs all share is said once, in the title, not in a column of its own: with the exposed figures,
-    ten columns at 80 characters folded every number over two lines."""
+    communication of each step's slowest rank (ms). The trace, topology, slowdown or communication mode that
+    two or more jobs all share is said once, in the title, not in a column of its own: with the exposed
+    figures, ten columns at 80 characters folded every number over two lines. The trace is the ``trace=``
+    override every job (``failed`` ones too) gives alike, as given (unquoted: ``sweep.parquet``'s rule),
+    a path as the rest of the sweep's output prints them: the table, caption and column said no word of
+    which run every job replayed."""
     first = min(rows, key=lambda r: r.job) if rows else None
     everyone = [r.overrides for r in rows] + list(failed)
     header = _settings_header(everyone)
@@ -214,6 +224,8 @@ def sweep_table(rows: Sequence[SweepRecord], failed: Sequence[str] = ()) -> Tabl
         "comm": [r.comm_mode for r in rows],
     }
     shared = {col: v[0] for col, v in names.items() if len(v) >= 2 and len(set(v)) == 1}
+    if (trace := shared_setting(everyone, "trace")) is not None:
+        shared = {"trace": trace, **shared}
     t = Table(
         title="Replay sweep" + (f" ({', '.join(f'{c} {v}' for c, v in shared.items())})" if shared else ""),
         caption="mean / max step: over steps, each step's replayed time that of its slowest rank (step mark "

@@ -1146,6 +1146,39 @@ def test_the_sweep_tables_ratios_say_which_jobs_mean_step_they_are_against() -> 
     assert "(x): mean step against job 1's" in " ".join(text.split())
 
 
+def test_the_sweep_title_names_the_trace_every_job_replayed_and_a_swept_one_stays_in_its_column() -> None:
+    from rich.console import Console
+
+    from skewlens.replay.render import sweep_table
+
+    # every job replayed runs/run=a (quoted, as Hydra takes a value with `=`): the table said no word of it
+    same = [
+        dataclasses.replace(_job(k, f"slowdown.factor={k + 1}", 10.0 * (k + 1)), overrides=f"{o} out=S")
+        for k, o in enumerate(["trace='runs/run=a' slowdown.factor=1", "slowdown.factor=2 trace=runs/run=a"])
+    ]
+    failed = ["trace=runs/run=a out=S slowdown.factor=3"]
+    table = sweep_table(same, failed)
+    assert table.title == (
+        "Replay sweep (trace runs/run=a, topology switch, slowdown straggler, comm as_recorded)"
+    )
+    console = Console(width=80, record=True)
+    console.print(table)
+    assert "trace runs/run=a, topology switch" in " ".join(console.export_text().split())
+    # a failed job that replayed another trace: the trace is swept, each job's in the overrides column
+    assert str(sweep_table(same, ["trace=runs/run=b out=S slowdown.factor=3"]).title).startswith(
+        "Replay sweep (topology switch,"
+    )
+    swept = [
+        dataclasses.replace(_job(k, "", 10.0), overrides=f"trace=runs/run={x} out=S")
+        for k, x in enumerate("ab")
+    ]
+    console = Console(width=200, record=True)
+    console.print(sweep_table(swept))
+    text = console.export_text()
+    assert "trace runs" not in text and "trace=runs/run=a" in text and "trace=runs/run=b" in text
+    assert "trace" not in str(sweep_table(swept[:1]).title)  # a lone job: nothing is shared
+
+
 def test_the_sweep_table_names_no_base_for_ratios_where_the_first_jobs_mean_step_is_zero() -> None:
     from skewlens.replay.render import sweep_table
 
@@ -1517,7 +1550,7 @@ def test_a_bandwidth_sweeps_picture_and_table_say_its_unit_is_gigabytes_a_second
     transfer, wait = header.index("exposed transfer ms"), header.index("exposed wait ms")
     assert [(c[0], c[transfer], c[wait]) for c in cells] == [("0", "2.000", "0.250"), ("1", "1.000", "0.250")]
     # shared by every job: said once, in the title
-    assert table.title == "Replay sweep (topology switch, slowdown straggler, comm as_recorded)"
+    assert table.title == "Replay sweep (trace r, topology switch, slowdown straggler, comm as_recorded)"
 
 
 @pytest.mark.parametrize(
