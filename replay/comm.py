@@ -526,11 +526,12 @@ class ModelTiming:
         (the ring ordered by topology, as NCCL orders it, not by rank), so that a group that leaves units out
         pays the widest gap between its units by the shortest way (the dp pair 0 and 3 of a 2 x 3 mesh on a
         ring of 6: 3 hops, where one was charged, and a message between the two 3); on a group filling the
-        ring, one hop. Spanning several ring dimensions (a torus), those of the one whose widest gap is
-        largest, the others' ring steps no longer (ranks 0, 2, 8 and 10 of a 4 x 4 torus: 2 hops, where one
-        was charged; a group filling the torus, 1); none spanned: none, one hop. ``dim``: that ring
-        dimension's steps only (a hierarchical phase's, which goes round its own ring: ranks 0, 1, 8 and 9
-        of the torus 1 hop round the inner ring, 2 round the outer), none where the group does not span it.
+        ring, one hop. Spanning several ring dimensions (a torus), those of the one whose steps pay the
+        most hops (:meth:`_hops`, on the other rings too), the others' ring steps no longer (ranks 0, 2, 8
+        and 10 of a 4 x 4 torus: 2 hops, where one was charged; 0, 2, 9 and 11: 3, a step between the rows
+        crossing the inner ring too; a group filling the torus, 1); none spanned: none, one hop. ``dim``: that
+        ring dimension's steps only (a hierarchical phase's, which goes round its own ring: ranks 0, 1, 8 and
+        9 of the torus 1 hop round the inner ring, 2 round the outer), none where the group does not span it.
         A ring inside each unit of the dimensions outside it (a ring of GPUs in each node) is each node's: the
         gaps are those between a node's own members (ranks 0, 2 and 5, 7 of two nodes of a ring of 4: 2 hops
         in each, where the units the nodes hold together, 0 to 3, fill the ring and were charged one)."""
@@ -538,21 +539,23 @@ class ModelTiming:
         for d in self._ring_dims(self._spanned(members)):
             if dim is not None and d != dim:
                 continue
-            size = self._ring_size(d, members)
             # outer position -> unit on the ring -> its first member
             at: dict[tuple[int, ...], dict[int, int]] = {}
             for r in members:
                 c = self.topology.coords(r)
                 at.setdefault(c[d + 1 :], {}).setdefault(c[d], r)
             order = [(on, sorted(on)) for on in at.values()]
-            steps = [
-                (on[a], on[b], min((b - a) % size, (a - b) % size))
+            steps = tuple(
+                (on[a], on[b], 0.0)
                 for on, units in order
                 for a, b in zip(units, units[1:] + units[:1], strict=True)
-            ]
-            gap = max(hops for _a, _b, hops in steps)
+            )
+            # the hops its steps pay (:meth:`_hops`), those on the other rings too: of ranks 0, 2, 9 and 11 of
+            # a 4 x 4 torus, (0, 0), (2, 0), (1, 2), (3, 2), each ring's widest gap is 2, but a step between
+            # the rows, 0 to 9, also crosses the inner ring, 3 hops, where the first ring's 2 were charged
+            gap = self._hops(members, steps)
             if gap > widest[0]:
-                widest = (gap, tuple((a, b, 0.0) for a, b, _hops in steps))
+                widest = (gap, steps)
         return widest[1]
 
     def _ring_dims(self, dims: tuple[int, ...]) -> tuple[int, ...]:
@@ -688,6 +691,15 @@ class ModelTiming:
         flat formula pays with the slowest ``α``: 16 ranks, 8 nodes × 2 on a ring, an all_to_all's
         farthest pairs are 4 nodes apart and pay 4 ``α``, as two ranks 4 apart on a ring alone do (one
         ``α`` before, whatever the distance)."""
+        hops = self._hops(members, pairs)
+        return tuple(
+            (dim.latency_ns + extra) * max(1, hops)
+            for dim, (_f, extra) in zip(self.topology.dims, adj, strict=True)
+        )
+
+    def _hops(self, members: Sequence[int], pairs: Sequence[tuple[int, int, float]] | None) -> int:
+        """The hops of :meth:`_hop_alphas` (before its at least 1): on each ring dimension ``members`` span,
+        the farthest of ``pairs`` (None: of the group) by the shortest way round, summed over them."""
         topo = self.topology
         hops = 0
         rings = self._ring_dims(self._spanned(members))
@@ -709,9 +721,7 @@ class ModelTiming:
                 if far == most:  # no pair of the group is farther
                     break
             hops += far
-        return tuple(
-            (dim.latency_ns + extra) * max(1, hops) for dim, (_f, extra) in zip(topo.dims, adj, strict=True)
-        )
+        return hops
 
     def collective(
         self,

@@ -1069,6 +1069,18 @@ def test_a_ring_algorithm_on_a_group_that_leaves_units_of_both_rings_of_a_torus_
     assert torus.p2p_time_ns(0, 9, S) == round(3 * ALPHA + S / BW)
 
 
+def test_a_ring_algorithm_on_a_torus_pays_the_hops_its_steps_between_rows_cross_on_the_inner_ring() -> None:
+    # 4 x 4 (rank x + 4 y): ranks 0, 2, 9 and 11 are (0, 0), (2, 0), (1, 2), (3, 2). Each ring's widest gap is
+    # 2, but any ring through them goes between the rows twice, from an even x to an odd one: 2 hops round
+    # the outer ring and 1 round the inner, 3, as the message 0 to 9 pays. The tie between the rings went to
+    # the inner one's steps, 2 hops: 37,457 ns (2 · 3 (2 · 500 + S/200)), where 3 hops is 40,457
+    torus = ModelTiming(_torus(4, 4), algorithm="ring")
+    got = torus.collective_time_ns(CommType.ALL_REDUCE, S, (0, 2, 9, 11))
+    assert got == round(2 * 3 * (3 * ALPHA + S / (4 * BW))) == 40_457
+    # ranks 0, 2, 8 and 10 (every step 2 hops, on one ring alone) still pay 2
+    assert torus.collective_time_ns(CommType.ALL_REDUCE, S, (0, 2, 8, 10)) == 37_457
+
+
 def test_each_phase_of_a_hierarchical_all_reduce_on_a_torus_pays_its_own_rings_widest_gap() -> None:
     # 4 x 4 (rank x + 4 y), nodes the rows (y): ranks 0, 1, 8 and 9 are 2 nodes (y 0 and 2) of 2 neighbours
     # (x 0 and 1): the inner ring steps 1 hop, the outer 2, where both paid the outer's 2 (35,457 ns)
