@@ -525,12 +525,12 @@ def test_an_uneven_cost_names_every_step_its_what_if_rule_names_not_only_the_cos
     )
 
 
-def _uneven_wait(waits_ms: list[float], *, step_ns: int = 10 * MS) -> list[str]:
+def _uneven_wait(waits_ms: list[float], *, step_ms: float = 10) -> list[str]:
     """The uneven-wait lines of rank 1, which made its peers wait ``waits_ms`` in its steps (each
-    ``step_ns``)."""
+    ``step_ms``)."""
     steps = range(len(waits_ms))
     result = SimpleNamespace(
-        blame=SimpleNamespace(baseline_step_ns=dict.fromkeys(steps, step_ns)),
+        blame=SimpleNamespace(baseline_step_ns=dict.fromkeys(steps, round(step_ms * MS))),
         skew=SimpleNamespace(caused_wait_by_step={(1, s): round(w * MS) for s, w in enumerate(waits_ms)}),
     )
     return uneven_wait_notes(result, [1])  # type: ignore[arg-type]
@@ -612,11 +612,47 @@ def test_an_uneven_wait_over_consecutive_steps_alone_names_them_as_one_run_of_st
     ]
 
 
+def test_an_uneven_cost_over_three_steps_or_with_a_named_step_near_its_median_is_named() -> None:
+    said = (
+        "rank 1's cost is uneven over its steps: {} ms, {}% of it, its median step {} ms; every step is in "
+    )
+    said += "blame_steps.parquet"
+    # 3 steps are enough: 20 of 22 ms
+    assert _uneven([1, 1, 20]) == said.format("step 2 cost 20.000", 91, "1.000")
+    # the twice-its-median check is of the costliest step (40 ms, 8 times the 5 ms median), not of the least
+    # named (9 ms, a tenth of the 64 ms or more): 49 of 64 ms
+    assert _uneven([5, 5, 5, 9, 40]) == said.format("steps 3-4 cost 9.000 and 40.000", 77, "5.000")
+    # step 1's 0.9 ms is 15% of the cost but under the what-if's floor (a tenth of the 10 ms median step):
+    # step 3 alone, 5 of 5.9 ms
+    assert _uneven([0, 0.9, 0, 5, 0]) == said.format("step 3 cost 5.000", 85, "0.000")
+    # two equal steps holding half of it between them (20 of 40 ms, so the what-if names every step): the
+    # first of them alone, a quarter of it
+    assert _uneven([1, 1, 10, 1, 1, 1, 1, 10] + [1] * 14) == said.format("step 2 cost 10.000", 25, "1.000")
+
+
+def test_an_uneven_wait_is_named_only_over_half_of_it_and_over_the_one_off_floor_not_at_them() -> None:
+    # every step a tenth of the wait or more (the what-if names none): the worst, 50 of 100 ms, exactly half
+    assert _uneven_wait([50, 10, 10, 10, 10, 10]) == []
+    # 1 ms, exactly a tenth of the job's 10 ms median step: not over it
+    assert _uneven_wait([0, 0, 1]) == []
+
+
+def test_an_uneven_wait_of_tiny_steps_keeps_the_blamed_floor_of_a_step_and_of_the_what_if() -> None:
+    # steps of 20 us: the one-off floor is 2 us, the what-if's 5 us (BLAMED_NS). 12 us over 3 steps is under
+    # 5 us a step: no line
+    assert _uneven_wait([0, 0, 0.012], step_ms=0.02) == []
+    # 4 us at step 1 is 12% of the 34 us but under the what-if's floor: step 2 alone, as the what-if names
+    said = "in step 2 it made its peers wait 0.030 ms, 88% of it, in its median step 0.004 ms"
+    assert _uneven_wait([0, 0.004, 0.03], step_ms=0.02) == [
+        f"rank 1's caused wait is uneven over its steps: {said}"
+    ]
+
+
 def test_an_uneven_wait_leaves_out_a_step_under_the_what_ifs_least_wait_of_blamed_ns() -> None:
     # steps of 20 us: a tenth of one is 2 us, under BLAMED_NS (5 us), the least wait a what-if names a step
     # for; step 1's 4 us (12% of the wait) is named by neither
     said = "in step 3 it made its peers wait 0.030 ms, 88% of it, in its median step 0.000 ms"
-    assert _uneven_wait([0, 0.004, 0, 0.030, 0], step_ns=20_000) == [
+    assert _uneven_wait([0, 0.004, 0, 0.030, 0], step_ms=0.02) == [
         f"rank 1's caused wait is uneven over its steps: {said}"
     ]
 
@@ -634,6 +670,18 @@ def test_a_later_what_if_run_whose_growth_reaches_past_an_earlier_runs_start_beg
     assert _grown_since(((5, 5), (8, 8)), {5: 4, 8: 1}, 0, 9) == ((1, 8),)
     # and one reaching back past two earlier runs swallows both
     assert _grown_since(((3, 3), (5, 5), (8, 8)), {8: 2}, 0, 9) == ((2, 8),)
+
+
+def test_a_wait_heatmap_whose_every_column_is_hatched_takes_its_scale_from_them(tmp_path: Path) -> None:
+    # one all_reduce, rank 0 done (1-3 ms) before rank 1 began (8 ms): the clocks contradict; rank 0 waited
+    # its whole 2 ms call. With no meaningful cell the hatched ones set the scale, not the 1 ms of no wait
+    b = RunBuilder(2)
+    b.rank(0).step(0).collective(CommType.ALL_REDUCE, 4096, 2 * MS, start_ns=MS)
+    b.rank(1).step(0).collective(CommType.ALL_REDUCE, 4096, 2 * MS, start_ns=8 * MS)
+    data = wait_heatmap_data(analyze_run(load_run(b.write(tmp_path / "run")), blame=False))
+    assert data.clocks_disagree.tolist() == [True]
+    assert data.grid.tolist() == [[2.0], [0.0]]
+    assert data.top_ms == 2.0
 
 
 def test_a_cpu_runs_breakdown_table_keeps_its_steps_column(tmp_path: Path) -> None:

@@ -386,6 +386,16 @@ def test_a_step_in_which_torch_compile_compiled_is_named_as_warm_up_and_a_slow_s
     assert uneven_cost_note(faked, SimpleNamespace(rank=0, simulated=True)).startswith(  # type: ignore[arg-type,union-attr]
         f"rank 0's {said} step 0 on this rank: warm-up), 93% of it"
     )
+    # one run of two steps, 0-1, rank 0 compiling in step 0 alone: that step is said, not "it" (which reads
+    # as the run's every step), 40 of 43 ms
+    costs.step_records = [
+        SimpleNamespace(rank=0, step=s, straggler_cost_ns=c * MS) for s, c in enumerate((20, 20, 1, 1, 1))
+    ]
+    assert uneven_cost_note(faked, SimpleNamespace(rank=0, simulated=True)) == (  # type: ignore[arg-type]
+        "rank 0's cost is uneven over its steps: steps 0-1 cost 20.000 and 20.000 ms (torch.compile compiled "
+        "in step 0 on this rank: warm-up), 93% of it, its median step 1.000 ms; every step is in "
+        "blame_steps.parquet"
+    )
 
 
 def test_a_step_is_more_work_only_past_1_5x_its_ranks_median_calls_or_bytes_an_even_count_averaged() -> None:
