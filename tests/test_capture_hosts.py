@@ -146,7 +146,35 @@ def test_a_host_whose_ranks_another_host_merged_reports_that_manifest_and_exits_
     assert code == 0, err
     assert "no rank saved a trace" not in err
     assert "manifest.json already merged by another host of the job (ranks 0-1 of 2)" in err
+    assert "every rank of it ran on this host" not in err  # hosts a and b: not this one
     assert (read_manifest(run).ranks, read_manifest(run).missing_ranks) == ((0, 1), ())
+
+
+@pytest.mark.parametrize(
+    "ranks",
+    [
+        # rank 1 on another host: a job of two hosts
+        "save_rank(run, 0, {here!r}, per_host=1); save_rank(run, 1, 'b', per_host=1)",
+        # rank 1 missing: where it ran is not known, so not every rank is known to have run here
+        "save_rank(run, 0, {here!r}, per_host=1)",
+    ],
+)
+def test_a_profile_whose_merged_manifest_has_a_rank_not_known_to_be_on_this_host_says_only_another_host(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], ranks: str
+) -> None:
+    here = socket.gethostname()
+    run = tmp_path / "run"
+    body = f"""
+        from skewlens.profiler.capture.run import finalize_run
+        from skewlens.profiler.manifest import StepWindow
+        from skewlens.profiler.vocab import Level
+        {ranks.format(here=here)}
+        finalize_run(run, level=Level.COLLECTIVES, window=StepWindow(), command=["torchrun", "other.py"])
+        """
+    code, err = _profile_while(run, body, capsys)
+    assert code == 0, err
+    assert "manifest.json already merged by another host of the job (rank" in err
+    assert "every rank of it ran on this host" not in err
 
 
 def test_a_profile_whose_one_host_job_another_profile_merged_says_its_capture_may_be_that_ones(
@@ -165,7 +193,7 @@ def test_a_profile_whose_one_host_job_another_profile_merged_says_its_capture_ma
         from skewlens.profiler.manifest import StepWindow
         from skewlens.profiler.vocab import Level
         save_rank(run, 0, {here!r}, per_host=2); save_rank(run, 1, {here!r}, per_host=2)
-        finalize_run(run, level=Level.COLLECTIVES, window=StepWindow(), command=["torchrun", "other.py"])
+        finalize_run(run, level=Level.COLLECTIVES, window=StepWindow(), command=["torchrun", "other run.py"])
         """,
         capsys,
     )
@@ -174,8 +202,8 @@ def test_a_profile_whose_one_host_job_another_profile_merged_says_its_capture_ma
         f"manifest.json already merged by another host of the job (ranks 0-1 of 2); but every rank of it ran "
         f"on this host ({here}): unless this command is one of several torchrun --nnodes on this machine, a "
         "second skewlens profile into this --out merged it, its ranks' traces replaced this command's, and "
-        "this capture is lost (the manifest's command: torchrun other.py); capture again into a directory of "
-        "its own"
+        "this capture is lost (the manifest's command: torchrun 'other run.py'); capture again into a "
+        "directory of its own"
     ) in err
 
 

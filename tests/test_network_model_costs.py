@@ -1079,6 +1079,11 @@ def test_a_ring_algorithm_on_a_torus_pays_the_hops_its_steps_between_rows_cross_
     assert got == round(2 * 3 * (3 * ALPHA + S / (4 * BW))) == 40_457
     # ranks 0, 2, 8 and 10 (every step 2 hops, on one ring alone) still pay 2
     assert torus.collective_time_ns(CommType.ALL_REDUCE, S, (0, 2, 8, 10)) == 37_457
+    # the rings are compared by their widest steps, not their first: on 8 x 4 (rank x + 8 y), x 0, 1 and 4 in
+    # rows 0 and 2 step 1, 3 and 4 hops round the inner ring (widest 4), 2 between the rows: 4 hops
+    wide = ModelTiming(_torus(8, 4), algorithm="ring")
+    got = wide.collective_time_ns(CommType.ALL_REDUCE, S, (0, 1, 4, 16, 17, 20))
+    assert got == round(2 * 5 * (4 * ALPHA + S / (6 * BW))) == 54_953
 
 
 def test_each_phase_of_a_hierarchical_all_reduce_on_a_torus_pays_its_own_rings_widest_gap() -> None:

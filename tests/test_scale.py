@@ -177,6 +177,28 @@ def test_the_possible_zero_shard_gathers_are_said_at_any_n_but_k_with_n_written_
     )
 
 
+def test_the_zero_shard_gathers_line_writes_a_count_of_a_thousand_gathers_with_a_separator() -> None:
+    from types import SimpleNamespace
+
+    from skewlens.replay.scale import DDP, _gather_caveat
+
+    # 1,000 all_gathers of 1 KiB on the data-parallel group "dp" of a DDP run, none into a list, at 4,096
+    # ranks: every figure of the line with its separator, as N is
+    gathers = [
+        SimpleNamespace(
+            comm_type=CommType.ALL_GATHER, pg_name="dp", ranks=(0, 1), rows=(k,), comm_bytes=(1024,)
+        )
+        for k in range(1000)
+    ]
+    lay = SimpleNamespace(dp_size=2, dp_groups=[("dp",)], parallelism=DDP)
+    listed = {0: np.zeros(1000, dtype=np.bool_)}
+    assert _gather_caveat(SimpleNamespace(collectives=gathers), lay, 4096, listed) == (  # type: ignore[arg-type]
+        "; 1,000 all_gather(s) on the data-parallel group (up to 1,024 bytes a rank) keep their bytes at "
+        "4,096 ranks, as gathers of whole tensors do; gathers of ZeRO-style optimizer shards would shrink to "
+        "~2/4,096 of them, so the replay overstates those"
+    )
+
+
 def test_a_copy_shares_its_source_ranks_arrays_and_rank_i_copies_rank_i_mod_k(tmp_path: Path) -> None:
     run = build(tmp_path / "ddp", world=2, schedule=DDP)
     scaled = scale_run(run, 1024)

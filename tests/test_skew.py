@@ -145,6 +145,23 @@ def test_a_compute_cause_names_a_dataloaders_scope_whole_not_cut_at_its_parenthe
         assert cause.text == f"compute grew: {name} +1.0 ms"
 
 
+def test_a_cause_is_a_stalled_scope_from_half_its_growth_and_only_past_the_median_members_time() -> None:
+    # a DataLoader's scope grew 1 ms of the cause's 2 ms: exactly half is enough; of 2 ms and 1 ns, not
+    name = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+
+    def cause(delta_ns: int, median_ns: int, kind: CauseKind = CauseKind.COMPUTE) -> Cause:
+        return Cause(kind=kind, delta_ns=delta_ns, op=name, ops=((name, 1_000_000),), op_median_ns=median_ns)
+
+    assert cause(2_000_000, 0).stalled_scope
+    assert not cause(2_000_001, 0).stalled_scope
+    # grown by more than it took on the median member (999,999 ns), a stall; by as much (1 ms), no more than
+    # a slower rank's
+    assert cause(2_000_000, 999_999).stalled_scope
+    assert not cause(2_000_000, 1_000_000).stalled_scope
+    # a cause of another kind carrying the op is none
+    assert not cause(2_000_000, 0, CauseKind.HOST_GAP).stalled_scope
+
+
 def test_a_compute_cause_keeps_a_note_in_parentheses_after_a_space_and_cuts_a_signature() -> None:
     from skewlens.analysis.skew import Cause
 

@@ -1460,6 +1460,34 @@ def test_a_swept_trace_in_quotes_is_its_path_in_the_sweep_table_whatever_it_hold
     assert tbl["seed"].to_pylist() == [None, None, 3]
 
 
+def test_a_jobs_overrides_split_at_the_spaces_outside_quotes_and_brackets_one_override_each() -> None:
+    from skewlens.replay.outputs import override_tokens
+
+    # double quotes as single ones; a function's arguments (Hydra's glob(...)) as a list's
+    assert override_tokens('trace="R/my run" seed=1') == ['trace="R/my run"', "seed=1"]
+    assert override_tokens("a=glob(x, y) b=1") == ["a=glob(x, y)", "b=1"]
+    # no empty override between two spaces nor after a trailing one
+    assert override_tokens(" a=1  b=2 ") == ["a=1", "b=2"]
+    # a stray closing bracket closes nothing: the space after it still splits
+    assert override_tokens("a=] b=1") == ["a=]", "b=1"]
+    # a quote never closed runs to the end (one override, not split in it)
+    assert override_tokens("trace='R/my run") == ["trace='R/my run"]
+
+
+def test_an_overrides_value_loses_its_quotes_only_where_it_is_one_quoted_string() -> None:
+    from skewlens.replay.outputs import override_value
+
+    assert override_value("'R/run=a'") == "R/run=a"
+    assert override_value("'a'b") == "'a'b"  # a quoted string and more: as given
+    assert override_value("'") == "'"  # a lone quote: no string
+    assert override_value(r"'a\\'") == "a\\"  # an escaped backslash before the closing quote: one
+
+
+def test_what_sets_a_sweep_job_apart_keeps_a_quoted_value_with_a_space_whole() -> None:
+    # the trace every job shares is left out whole, not cut at its space ("trace='R/my run' seed=1")
+    assert distinct_overrides(["trace='R/my run' seed=1", "trace='R/my run' seed=2"]) == ["seed=1", "seed=2"]
+
+
 def test_an_override_sets_a_setting_only_where_it_gives_a_key_and_a_value() -> None:
     from skewlens.replay.outputs import override_setting
 
