@@ -491,20 +491,24 @@ FIRST_STEP_SHARE = 0.1
 
 
 def _first_step_of(
-    cause: Cause, ix: RunIndex, late: tuple[RankIndex, int, int], med: tuple[RankIndex, int, int]
+    cause: Cause,
+    ix: RunIndex,
+    windows: Mapping[int, tuple[list[int], I64, I64]],
+    late: tuple[RankIndex, int, int],
+    med: tuple[RankIndex, int, int],
 ) -> int:
     """:attr:`SkewEvent.cause_first_step`: the earliest step where the late member's window (``late``: its
     rank, from, to) grew by :data:`FIRST_STEP_SHARE` of what the cause names or more against the median
-    member's (``med``), step by step: the cause's first-named op (compute: its rows begun in the window,
-    by the label the cause shows it by, :func:`_short`) or the idle time (host gap); -1 for another cause,
-    or none grew so."""
+    member's (``med``), step by step (``windows``: :meth:`~skewlens.analysis.index.RunIndex.rank_windows`):
+    the cause's first-named op (compute: its rows begun in the window, by the label the cause shows it by,
+    :func:`_short`) or the idle time (host gap); -1 for another cause, or none grew so."""
     if cause.stalled_scope:  # what a what-if reads it for (render.what_if_notes): not every compute cause
         label = _short(cause.ops[0][0])
         grew = _op_by_step(*late, ix.names, label)
         grew.subtract(_op_by_step(*med, ix.names, label))
     elif cause.kind is CauseKind.HOST_GAP:
-        grew = _idle_by_step(ix, *late)
-        grew.subtract(_idle_by_step(ix, *med))
+        grew = _idle_by_step(late[0], windows.get(late[0].rank), *late[1:])
+        grew.subtract(_idle_by_step(med[0], windows.get(med[0].rank), *med[1:]))
     else:
         return -1
     total = sum(max(g, 0) for g in grew.values())
@@ -524,12 +528,15 @@ def _op_by_step(ri: RankIndex, a: int, b: int, names: Sequence[str], label: str)
     return out
 
 
-def _idle_by_step(ix: RunIndex, ri: RankIndex, a: int, b: int) -> Counter[int]:
-    """Step -> ``ri``'s idle time (no node running) in ``[a, b)`` inside that step's span."""
+def _idle_by_step(ri: RankIndex, window: tuple[list[int], I64, I64] | None, a: int, b: int) -> Counter[int]:
+    """Step -> ``ri``'s idle time (no node running) in ``[a, b)`` inside that step's span (``window``: the
+    rank's steps and spans, :meth:`~skewlens.analysis.index.RunIndex.rank_windows`; None: no steps)."""
     out: Counter[int] = Counter()
-    for (r, st), (lo, hi) in ix.step_spans.items():
+    if window is None:
+        return out
+    for st, lo, hi in zip(window[0], window[1].tolist(), window[2].tolist(), strict=True):
         x, y = max(lo, a), min(hi, b)
-        if r == ri.rank and x < y:
+        if x < y:
             out[st] += (y - x) - (ri.cov_all.upto_one(y) - ri.cov_all.upto_one(x))
     return out
 
@@ -652,10 +659,11 @@ def analyze_skew(ix: RunIndex) -> SkewResult:
     last_arrival = [int(mem.arrival_ns[lo:hi].max()) for lo, hi in bounds]
     order = sorted(range(len(raw)), key=lambda i: (last_arrival[i], i))
     prev_row: dict[tuple[str, int], int] = {}  # (pg_name, rank) -> row of the previous instance
-    first_step: dict[int, int] = {}  # rank -> its first recorded step
-    for r, st in ix.step_spans:
-        if st >= 0:
-            first_step[r] = min(first_step.get(r, st), st)
+    windows = ix.rank_windows()  # rank -> its steps in order and their spans
+    # rank -> its first recorded step
+    first_step = {
+        r: st for r, (keys, _a, _b) in windows.items() if (st := next((k for k in keys if k >= 0), -1)) >= 0
+    }
     blamed_row: dict[int, I64] = {r: np.full(len(ri.trace), -1, dtype=np.int64) for r, ri in ix.ranks.items()}
     cause_of: dict[tuple[int, int], Cause] = {}
     history: dict[int, list[int]] = {}  # rank -> indexes into events of the events it took part in
@@ -756,7 +764,8 @@ def analyze_skew(ix: RunIndex) -> SkewResult:
                 cause = Cause(kind=cause.kind, delta_ns=cause.delta_ns, blamed_from=blamed)
             if not cause.passed_on:
                 late_window = (rts[li], starts[0], int(arr[li]))
-                cause_first_step = _first_step_of(cause, ix, late_window, (rts[mi], starts[1], int(arr[mi])))
+                med_window = (rts[mi], starts[1], int(arr[mi]))
+                cause_first_step = _first_step_of(cause, ix, windows, late_window, med_window)
         if kind == "collective":
             for r, w in zip(ranks, rows, strict=True):
                 prev_row[(pg_name, r)] = w

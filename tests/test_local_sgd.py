@@ -244,7 +244,10 @@ def test_a_ranks_idle_time_by_step_is_counted_in_its_own_steps_not_a_peers_of_th
         _average_run(tmp_path, fwd={0: [0.1] * 4, 1: [0.1] * 4}, idle={0: [6, 0, 0, 0], 1: [0, 0, 5, 5]})
     )
     ri = ix.ranks[1]
-    assert +_idle_by_step(ix, ri, 0, int(ri.trace.start_ns.max())) == {2: 5_000_000, 3: 5_000_000}
+    assert +_idle_by_step(ri, ix.rank_windows()[1], 0, int(ri.trace.start_ns.max())) == {
+        2: 5_000_000,
+        3: 5_000_000,
+    }
 
 
 def test_the_averages_that_waited_for_the_slow_rank_are_said_to_have_mostly_waited_for_a_late_peer(
