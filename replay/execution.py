@@ -1857,18 +1857,24 @@ def _gap_waits(
                     inside = np.flatnonzero(issued & (c_end > a) & ~waited)
                     if not held[inside].all():
                         continue
-                if inside.size == 0:
+                if inside.size:
+                    c = int(cs[inside[np.argmax(c_end[inside])]])
+                    if not last and not peer_later[c]:
+                        continue
+                    out_s.append(c)
+                    out_d.append(g)
+                    waited[inside] = True
+                elif not last:
                     continue
-                c = int(cs[inside[np.argmax(c_end[inside])]])
-                if not last and not peer_later[c]:
-                    continue
-                out_s.append(c)
-                out_d.append(g)
-                waited[inside] = True
                 if last:
                     # torch's reducer waits for its buckets in turn, copying each back
                     # (``copy_bucket_to_grad``) before it waits for the next: a later host-time node of the
-                    # step that holds a completion not yet waited for, by the same rule, waited for it too
+                    # step that holds a completion not yet waited for, by the same rule, waited for it too;
+                    # so where the node right after the last issue held none (the first bucket had completed
+                    # during backward, and a sliver of untraced time came before its copy: a rank whose peer
+                    # was late before its backward), its wait for the last bucket was host time before
+                    # (2 gloo ranks, a 30 ms sleep between forward and backward on rank 1: rank 0's 18-59 ms
+                    # waits were fixed host time, and the what-if charged rank 1 nothing)
                     later = g_rows[k + 1 :]
                     for g in later[rt.step[later] == step].tolist():
                         if waited.all():

@@ -14,7 +14,7 @@ from replay_workloads import RankFactor
 from skewlens.analysis.api import analyze_run
 from skewlens.profiler.store import load_run
 from skewlens.profiler.store.model import RunTrace
-from skewlens.profiler.synth import RunBuilder
+from skewlens.profiler.synth import RankBuilder, RunBuilder
 from skewlens.profiler.vocab import Attr, CommType
 from skewlens.replay.effects import NO_EFFECTS
 from skewlens.replay.execution import execution_model, model_ends, recorded_wait_work_ns
@@ -502,6 +502,22 @@ def test_ops_level_untraced_time_that_holds_the_first_buckets_lagged_completion_
     assert out.stragglers[0].straggler_cost_ns / 3 == pytest.approx(30 * MS, rel=0.05)
 
 
+def _two_buckets(
+    rb: RankBuilder, prev: int, g0: int, bwd_ns: int, done1: int, done2: int
+) -> tuple[int, int, int]:
+    """A DDP backward of two buckets from ``g0``: 2 ms, the first bucket's all_reduce (1 MiB, recorded end
+    ``done1``), ``bwd_ns`` more, the second's (4 MiB, ``done2``); returns the backward's last row, the
+    second all_reduce and its issue time."""
+    g1 = rb.compute("aten::mm", 2 * MS, start_ns=g0, deps=(prev,))
+    a1 = rb.collective(
+        CommType.ALL_REDUCE, 1 << 20, done1 - (g0 + 2 * MS), start_ns=g0 + 2 * MS, stream=COMM, deps=(g1,)
+    )
+    e = g0 + 2 * MS + bwd_ns
+    g2 = rb.compute("aten::mm", bwd_ns, start_ns=g0 + 2 * MS, deps=(g1,))
+    a2 = rb.collective(CommType.ALL_REDUCE, 4 << 20, done2 - e, start_ns=e, stream=COMM, deps=(g2, a1))
+    return g2, a2, e
+
+
 def _ddp_two_bucket_waits(tmp_path: Path, late_ms: float, *, lag_ns: int = 50_000, steps: int = 3) -> Path:
     """DDP at the ``ops`` level as torch's reducer finishes a backward of two buckets: it waits for the
     first in ``untraced`` time, copies it back (``copy_bucket_to_grad``), waits for the second in untraced
@@ -519,20 +535,7 @@ def _ddp_two_bucket_waits(tmp_path: Path, late_ms: float, *, lag_ns: int = 50_00
         for r in (0, 1):
             rb = b.rank(r).step(s)
             f = rb.compute("aten::mm", 10 * MS, start_ns=t)
-            g1 = rb.compute("aten::mm", 2 * MS, start_ns=f0, deps=(f,))
-            a1 = rb.collective(
-                CommType.ALL_REDUCE,
-                1 << 20,
-                done1 - (f0 + 2 * MS),
-                start_ns=f0 + 2 * MS,
-                stream=COMM,
-                deps=(g1,),
-            )
-            e = f0 + 2 * MS + bwd[r]
-            g2 = rb.compute("aten::mm", bwd[r], start_ns=f0 + 2 * MS, deps=(g1,))
-            a2 = rb.collective(
-                CommType.ALL_REDUCE, 4 << 20, done2 - e, start_ns=e, stream=COMM, deps=(g2, a1)
-            )
+            g2, a2, e = _two_buckets(rb, f, f0, bwd[r], done1, done2)
             prev = g2
             at = e
             if done1 - lag_ns > e:  # bucket 1 still running at the last issue: the reducer waits for it
@@ -565,6 +568,58 @@ def test_the_reducers_wait_for_a_later_bucket_after_copying_back_an_earlier_one_
     out = analyze_run(run, blame=True)
     assert out.stragglers[0].rank == 1
     assert out.stragglers[0].straggler_cost_ns / 3 == pytest.approx(30 * MS, rel=0.05)
+
+
+def _ddp_sleep_before_backward(tmp_path: Path, sleep_ms: float = 30.0, *, steps: int = 3) -> Path:
+    """DDP at the ``ops`` level, two buckets, as captured of 2 gloo ranks whose rank 1 slept ``sleep_ms``
+    (untraced) between forward and backward: rank 0's first bucket completes while its backward still runs,
+    so after its last issue the reducer finds it done, copies it back (after a 10 us sliver of untraced
+    time) and waits for the second bucket in untraced time."""
+    b = RunBuilder(2)
+    t = 0
+    sleep = int(sleep_ms * MS)
+    us10 = 10_000
+    for s in range(steps):
+        f0 = t + 10 * MS
+        late = {0: 0, 1: sleep}
+        done1 = f0 + sleep + 3 * MS  # rank 1 issued the first bucket at f0 + sleep + 2 ms
+        done2 = f0 + sleep + 43 * MS
+        for r in (0, 1):
+            rb = b.rank(r).step(s)
+            prev = rb.compute("DistributedDataParallel.forward", 10 * MS, start_ns=t)
+            if late[r]:
+                prev = rb.compute("untraced", late[r], start_ns=f0, deps=(prev,))
+            g0 = f0 + late[r]
+            g2, a2, e = _two_buckets(rb, prev, g0, 40 * MS, done1, done2)
+            sl = rb.compute("untraced", us10, start_ns=e, deps=(g2,))
+            c1 = rb.compute("copy_bucket_to_grad", MS // 2, start_ns=e + us10, deps=(sl,))
+            at = e + us10 + MS // 2
+            u2 = rb.compute("untraced", done2 - 20_000 - at, start_ns=at, deps=(c1,))
+            c2 = rb.compute("copy_bucket_to_grad", MS // 2, start_ns=done2 - 20_000, deps=(u2,))
+            rb.compute("Optimizer.step", 2 * MS, start_ns=done2 - 20_000 + MS // 2, deps=(c2, a2))
+        t = done2 + 3 * MS
+    return b.write(tmp_path / "ddp_sleep_before_backward")
+
+
+def test_the_wait_for_the_last_bucket_is_a_wait_where_the_first_bucket_was_done_before_the_last_issue(
+    tmp_path: Path,
+) -> None:
+    # 2 gloo ranks of DDP (two buckets) at `ops`, rank 1 sleeping 30 ms between forward and backward: rank
+    # 0's first bucket completed during its backward, and a 10 us sliver of untraced time came before its
+    # copy, so the rule found no wait right after the last issue and never looked further: rank 0's waits
+    # for the second bucket (18-59 ms a step) were fixed host time, and blame charged rank 1 0.000 ms a step
+    # of its 34.9 ms caused wait
+    run = load_run(_ddp_sleep_before_backward(tmp_path))
+    rt, m = run.ranks[0], execution_model(run).ranks[0]
+    long_waits = [i for i in range(len(rt)) if rt.name(i) == "untraced" and rt.dur_ns[i] > MS]
+    assert len(long_waits) == 3
+    assert set(long_waits) <= set(m.wait_dst.tolist())
+    waited = dict(zip(m.wait_dst.tolist(), m.wait_src.tolist(), strict=True))
+    assert [rt.comm_bytes[waited[i]] for i in long_waits] == [4 << 20] * 3
+    steps = summarize(run, simulate(run))
+    assert [s.step_time_ns for s in steps] == [s.recorded_step_ns for s in steps]
+    top = analyze_run(run, blame=True).stragglers[0]
+    assert (top.rank, top.straggler_cost_ns / 3) == (1, pytest.approx(30 * MS, rel=0.05))
 
 
 #: The reducer's buckets at the end of a backward, one shape a step (ms from the step's start): each bucket's
