@@ -586,7 +586,12 @@ def _common_event(
         if other in e.ranks:
             a, b = e.ranks.index(late), e.ranks.index(other)
             first, then = (a, b) if e.arrival_ns[a] <= e.arrival_ns[b] else (b, a)
-            if e.arrival_ns[first] + e.wait_ns[first] >= e.arrival_ns[then]:
+            # the first's thread held until the other arrived: not a wait hidden under its compute (DDP's
+            # first bucket, waited for by gloo's worker while backward ran on: the two threads met nowhere
+            # there, and a window from its completion held the late rank's backward but not the early
+            # rank's, which read a 30 ms sleep before backward as "compute grew: AddmmBackward0")
+            held = e.exposed_wait_ns[first] * 2 >= e.wait_ns[first]
+            if held and e.arrival_ns[first] + e.wait_ns[first] >= e.arrival_ns[then]:
                 return e
     return None
 

@@ -12,6 +12,7 @@ import pytest
 from replay_workloads import RankFactor
 
 from skewlens.analysis.api import analyze_run
+from skewlens.analysis.records import CauseKind
 from skewlens.profiler.store import load_run
 from skewlens.profiler.store.model import RunTrace
 from skewlens.profiler.synth import RankBuilder, RunBuilder
@@ -620,6 +621,22 @@ def test_the_wait_for_the_last_bucket_is_a_wait_where_the_first_bucket_was_done_
     assert [s.step_time_ns for s in steps] == [s.recorded_step_ns for s in steps]
     top = analyze_run(run, blame=True).stragglers[0]
     assert (top.rank, top.straggler_cost_ns / 3) == (1, pytest.approx(30 * MS, rel=0.05))
+
+
+def test_a_sleep_before_backward_is_named_host_idle_at_the_last_bucket_not_the_backward_after_it(
+    tmp_path: Path,
+) -> None:
+    # the same run: rank 0 waited for the first bucket under its backward (gloo's worker waited, its thread
+    # ran on), so the two threads did not meet there. Its completion was taken as their common point, and
+    # the windows from it to the last bucket held 39 ms of rank 1's backward and 9 ms of rank 0's: "compute
+    # grew: AddmmBackward0 +32.7 ms" of a 30 ms sleep before backward, in a capture of 2 gloo ranks
+    out = analyze_run(load_run(_ddp_sleep_before_backward(tmp_path)), blame=False)
+    last = [e for e in out.skew.events if e.step >= 1 and int(e.comm_bytes[0]) == 4 << 20]
+    assert len(last) == 2
+    for e in last:
+        assert e.late_rank == 1
+        assert e.cause.kind is CauseKind.HOST_GAP
+        assert e.cause.delta_ns == pytest.approx(30 * MS, abs=0.1 * MS)
 
 
 #: The reducer's buckets at the end of a backward, one shape a step (ms from the step's start): each bucket's
