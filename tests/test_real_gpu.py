@@ -18,6 +18,7 @@ from skewlens.replay.driver import load_trace
 from skewlens.replay.effects import NO_EFFECTS
 from skewlens.replay.execution import execution_model
 from skewlens.replay.real.gpu import ISSUE
+from skewlens.replay.real.ops import wait_until
 from skewlens.replay.real.plan import (
     KIND_COLL,
     KIND_COMPUTE,
@@ -501,6 +502,61 @@ def test_communication_issued_inside_a_host_op_is_issued_once_at_its_ready_time_
     assert (log[1], log[3]) == (("issue", 1, "async"), ("host", 300))
     # the fake compute takes no time: the rest runs to the op's end, 20 ms after it began
     assert before <= 4 * MS < after <= 20 * MS  # (before: less by the time the runner took to get there)
+
+
+class SlowIssuer(FakeIssuer):
+    """A :class:`FakeIssuer` whose every issue takes ``issue_ns`` (the worker's Python call into the backend:
+    a median 0.14-0.26 ms per asynchronous gloo all_reduce inside a replay on a loaded 2-core machine)."""
+
+    def __init__(self, log: Log, issue_ns: int) -> None:
+        super().__init__(log)
+        self.issue_ns = issue_ns
+
+    def issue(self, op: ReplayOp, *, blocking: bool = False) -> FakeWork | None:
+        until = time.perf_counter_ns() + self.issue_ns
+        while time.perf_counter_ns() < until:
+            pass
+        return super().issue(op, blocking=blocking)
+
+
+class TimedCompute(FakeCompute):
+    """A :class:`FakeCompute` that also takes the time asked of it (so the op's replayed times are real)."""
+
+    def run(self, dur_ns: int) -> None:
+        super().run(dur_ns)
+        wait_until(time.perf_counter_ns() + dur_ns)
+
+
+@pytest.mark.parametrize(("dur_ms", "issue_ms"), [(20, 6), (5, 3)])
+def test_the_time_an_issue_inside_a_host_op_takes_comes_out_of_the_rest_of_the_op_not_on_top_of_it(
+    tmp_path: Path, dur_ms: int, issue_ms: int
+) -> None:
+    # DDP's bucket all_reduce issued 4 ms into an AccumulateGrad op: the worker's issue (its Python call)
+    # took issue_ms. The op's work after the issue is what is left of its recorded duration, so the op ends
+    # at its recorded end where the issue fits in it (20 ms op), and at the issue's end where it does not
+    # (5 ms op: 2 ms late, the issue's cost beyond the 1 ms left): its work is never counted twice
+    ops = [
+        _op(0, dur_ns=dur_ms * MS, issues_inside=(1,)),
+        _op(1, kind=KIND_COLL, comm_type=0, issued_in=0, issue_off_ns=4 * MS, pg_name="0", dur_ns=0),
+        _op(2, wait_deps=(1,)),
+    ]
+    log: Log = []
+    runner = Runner(
+        rank=0,
+        ops=ops,
+        dog=Watchdog(0, tmp_path, 10.0),
+        issuer=SlowIssuer(log, issue_ms * MS),  # type: ignore[arg-type]
+        compute=TimedCompute(log),  # type: ignore[arg-type]
+    )
+    runner.run(time.perf_counter_ns())
+    assert [e[0] for e in log] == ["host", "issue", "host", "host"]
+    before, after = log[0][1], log[2][1]
+    assert before <= 4 * MS
+    # the work asked for after the issue: what is left of the op once the issue returned (not the 16 ms or
+    # 1 ms left after the issue's start; 1 ms for the runner's own steps on a loaded machine); no upper
+    # bound on the op's span, which a loaded machine stretches
+    assert after <= (dur_ms - 4 - issue_ms + 1) * MS
+    assert runner.end[0] - runner.start[0] >= max(dur_ms, 4 + issue_ms) * MS
 
 
 def test_communication_issued_inside_a_host_op_after_one_not_ready_before_its_end_waits_for_its_own_turn(
