@@ -434,3 +434,20 @@ def test_the_gpus_idle_time_between_kernels_is_no_untraced_host_time(tmp_path: P
     base, gone = simulate(run), simulate(run, effects=_host_idle(0.0))
     assert [int(gone.start_ns[1][i] - gone.start_ns[1][i - 1]) for i in k2] == [2_000_000] * STEPS
     assert base.start_ns[1][k2].tolist() == rt.start_ns[k2].tolist()
+
+
+def test_the_host_idle_replay_takes_away_every_step_of_a_rank_that_idled_alike_at_every_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 9 steps; rank 1 logs (a JSON line and a print, untraced) at every step, 21.4-38.5 ms as measured on
+    # 2 gloo ranks: the steps above a tenth of the wait (30.3 ms and up, four of nine) held over half of it,
+    # and the replay named steps 0, 4 and 6-8 alone (on the capture: 6 and 8-10; pasted, it left rank 0
+    # waiting 13.9 ms a step of 30.0)
+    monkeypatch.setattr(sys.modules[__name__], "STEPS", 9)
+    logs_ms = [32.7, 21.7, 25.2, 25.0, 31.2, 21.4, 38.5, 33.9, 37.6]
+    gaps = {s: int(ms * 1_000_000) for s, ms in enumerate(logs_ms)}
+    run = idle_run(tmp_path, gaps)
+    (line,) = replay_lines(printed_stragglers(analyze_run(run), 80))
+    assert line.endswith(" out=OUT slowdown=host_idle slowdown.rank=1 slowdown.factor=0"), line
+    base = simulate(run).step_times()
+    assert what_if_step_times(run, tmp_path, rank=0) == {s: t - gaps[s] for s, t in base.items()}
