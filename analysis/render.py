@@ -532,21 +532,16 @@ WHAT_IF_STEPS = 4
 WHAT_IF_STEP_SHARE = 0.1
 
 
-#: A step is named in a what-if, beside those holding :data:`WHAT_IF_STEP_SHARE` of the wait, where its wait
-#: is this share of the least of theirs or more (:func:`_what_if_steps`): steps alike are named together.
-WHAT_IF_ALIKE = 0.5
-
-
 def _what_if_steps(by_step: Mapping[int, int], floor: float, steps: int) -> tuple[tuple[int, int], ...]:
     """The runs of consecutive steps (first, last) that a what-if of :func:`what_if_notes` takes the thing
     away at, and that the uneven lines name (:func:`_uneven_steps`) by its wait or its cost: every step
     where it made the rank's peers wait ``floor`` (a one-off's least) and :data:`WHAT_IF_STEP_SHARE` of the
-    wait or more (the step holding most of it always), and every step where it made them wait ``floor`` and
-    :data:`WHAT_IF_ALIKE` of the least of those steps' waits or more (steps alike: before, a rank that logged
-    21-39 ms at each of 9 steps was given a replay of the 4 steps over a tenth of the wait, which held over
-    half of it, and pasted it left its peer waiting 13.9 ms a step of 30.0), runs of consecutive ones
-    merged. None (every step)
-    where those are every one of the ``steps``, or hold no more than :data:`UNEVEN_WAIT_SHARE` of the wait (it
+    wait or more (the step holding most of it always), runs of consecutive ones merged. None (every step)
+    where its worst step's wait is no more than :data:`UNEVEN_OVER_MEDIAN` times its lower median step's
+    (steps alike, as the uneven lines say: before, a rank that logged 21-39 ms at each of 9 steps was given a
+    replay of the 4 steps over a tenth of the wait, which held over half of it, and pasted it left its peer
+    waiting 13.9 ms a step of 30.0); where those are every one of the ``steps``, or hold no more than
+    :data:`UNEVEN_WAIT_SHARE` of the wait (it
     is spread over many steps; two tied steps under the floor, the first named alone, held exactly half: over
     half, as the rule below says); over :data:`WHAT_IF_STEPS` runs, the rule before: the one step holding over
     :data:`UNEVEN_WAIT_SHARE` of the wait, else none (a scope in every step, a data loader's, is not taken
@@ -555,12 +550,13 @@ def _what_if_steps(by_step: Mapping[int, int], floor: float, steps: int) -> tupl
     gloo ranks), was given a replay that took away step 3's alone."""
     total = sum(by_step.values())
     worst = max(by_step, key=lambda s: (by_step[s], -s))
+    # steps alike (the worst no more than twice the lower median step's, the steps it made no one wait at
+    # counted as 0) are no one-off: every step
+    waits = sorted([*by_step.values(), *[0] * (steps - len(by_step))])
+    if by_step[worst] <= UNEVEN_OVER_MEDIAN * waits[(len(waits) - 1) // 2]:
+        return ()
     least = max(floor, WHAT_IF_STEP_SHARE * total)
-    over = [w for w in by_step.values() if w >= least]
-    # a step whose wait is like theirs (half the least of them or more) is named too: a cut between steps
-    # alike is no one-off's edge
-    alike = max(floor, WHAT_IF_ALIKE * min(over)) if over else least
-    held = sorted(s for s, w in by_step.items() if w >= min(least, alike) or s == worst)
+    held = sorted(s for s, w in by_step.items() if w >= least or s == worst)
     runs = consecutive_runs(held)
     if len(held) >= steps or sum(by_step[s] for s in held) <= UNEVEN_WAIT_SHARE * total:
         return ()

@@ -251,8 +251,12 @@ def test_analyze_names_no_step_where_the_scope_made_its_peers_wait_under_a_tenth
         # steps alike (a log line at each of 9 steps, 21.4-38.5 ms): the four over a tenth of the wait held
         # over half of it and were named alone, the others' waits left in the replay
         ({0: 32.7, 1: 21.7, 2: 25.2, 3: 25.0, 4: 31.2, 5: 21.4, 6: 38.5, 7: 33.9, 8: 37.6}, 9, ()),
-        # a step under a tenth of the wait (11.1) and over half the least of those over it (12) is named
-        ({1: 40, 2: 30, 3: 20, 4: 12, 6: 9}, 8, ((1, 4), (6, 6))),
+        # a worst step at twice the lower median (the steps of no wait counted: 0 here) names those steps
+        ({1: 40, 2: 30, 3: 20, 4: 12, 6: 9}, 8, ((1, 4),)),
+        # steps alike but the worst, over twice the lower median step: the one-off rule as before
+        ({0: 10, 1: 10, 2: 10, 3: 10, 4: 10, 5: 10, 6: 60, 7: 60}, 8, ((6, 7),)),
+        # at most twice it (20 against 10), the four at 20 holding 61% of the wait: alike, every step
+        ({0: 10, 1: 10, 2: 10, 3: 10, 4: 10, 5: 20, 6: 20, 7: 20, 8: 20}, 9, ()),
     ],
 )
 def test_a_what_if_names_the_runs_of_steps_where_the_rank_made_its_peers_wait_a_floor_or_more(
