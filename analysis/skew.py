@@ -586,14 +586,18 @@ def _common_event(
         if other in e.ranks:
             a, b = e.ranks.index(late), e.ranks.index(other)
             first, then = (a, b) if e.arrival_ns[a] <= e.arrival_ns[b] else (b, a)
-            # the first's thread held until the other arrived: not a wait hidden under its compute (DDP's
-            # first bucket, waited for by gloo's worker while backward ran on: the two threads met nowhere
-            # there, and a window from its completion held the late rank's backward but not the early
-            # rank's, which read a 30 ms sleep before backward as "compute grew: AddmmBackward0")
-            held = e.exposed_wait_ns[first] * 2 >= e.wait_ns[first]
-            if held and e.arrival_ns[first] + e.wait_ns[first] >= e.arrival_ns[then]:
+            if _held(e, first) and e.arrival_ns[first] + e.wait_ns[first] >= e.arrival_ns[then]:
                 return e
     return None
+
+
+def _held(e: SkewEvent, member: int) -> bool:
+    """Whether ``member``'s thread held at event ``e`` while it waited there (half its wait exposed, or no
+    wait): not a wait hidden under its compute (DDP's first bucket, waited for by gloo's worker while
+    backward ran on: the rank's thread was nowhere near the op at its completion, and a window from there
+    held the late rank's backward but not the early rank's, which read a 30 ms sleep before backward as
+    "compute grew: AddmmBackward0")."""
+    return bool(e.exposed_wait_ns[member] * 2 >= e.wait_ns[member])
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -664,6 +668,7 @@ def analyze_skew(ix: RunIndex) -> SkewResult:
     last_arrival = [int(mem.arrival_ns[lo:hi].max()) for lo, hi in bounds]
     order = sorted(range(len(raw)), key=lambda i: (last_arrival[i], i))
     prev_row: dict[tuple[str, int], int] = {}  # (pg_name, rank) -> row of the previous instance
+    prev_at: dict[str, int] = {}  # pg_name -> index into events of its previous instance
     windows = ix.rank_windows()  # rank -> its steps in order and their spans
     # rank -> its first recorded step
     first_step = {
@@ -705,6 +710,16 @@ def analyze_skew(ix: RunIndex) -> SkewResult:
             synced = common is not None
             start_row = -1  # the late member's window starts at the end of this row of it (-1: none)
             completed = 0  # members whose window starts at their completion of the common event
+            # where no common event was found, the group's previous instance starts each member's window at
+            # its end of it only where both members' threads held there (:func:`_held`): else at their step
+            # starts. DDP's first bucket of a step with no common event before it, its wait hidden under
+            # rank 0's backward, started rank 0's window at a completion its thread was long past: the
+            # windows held the late rank's backward and none of rank 0's, and a 30.1 ms sleep before
+            # backward read "compute grew: AddmmBackward0 +40.2 ms" (2 gloo ranks, ops)
+            prev_event = events[prev_at[pg_name]] if kind == "collective" and pg_name in prev_at else None
+            prev_held = prev_event is None or all(
+                _held(prev_event, prev_event.ranks.index(ranks[j])) for j in (li, mi)
+            )
             for j in (li, mi):
                 if common is not None:
                     cm = common.ranks.index(ranks[j])
@@ -714,9 +729,14 @@ def analyze_skew(ix: RunIndex) -> SkewResult:
                     starts.append(done if done <= arr[j] else int(common.arrival_ns[cm]))
                     completed += done <= arr[j]
                     continue
-                prev = prev_row.get((pg_name, ranks[j])) if kind == "collective" else None
+                prev = prev_row.get((pg_name, ranks[j])) if kind == "collective" and prev_held else None
                 t, sync_row = _window_start(
-                    ix, rts[j], prev, rows[j], kind == "collective", first_step=first_step.get(ranks[j], -1)
+                    ix,
+                    rts[j],
+                    prev,
+                    rows[j],
+                    kind == "collective",
+                    first_step=first_step.get(ranks[j], -1) if prev_held else -1,
                 )
                 starts.append(min(t, int(arr[j])))
                 synced = synced or sync_row >= 0
@@ -772,6 +792,7 @@ def analyze_skew(ix: RunIndex) -> SkewResult:
                 med_window = (rts[mi], starts[1], int(arr[mi]))
                 cause_first_step = _first_step_of(cause, ix, windows, late_window, med_window)
         if kind == "collective":
+            prev_at[pg_name] = len(events)
             for r, w in zip(ranks, rows, strict=True):
                 prev_row[(pg_name, r)] = w
         for r, w in zip(ranks, rows, strict=True):

@@ -639,6 +639,23 @@ def test_a_sleep_before_backward_is_named_host_idle_at_the_last_bucket_not_the_b
         assert e.cause.delta_ns == pytest.approx(30 * MS, abs=0.1 * MS)
 
 
+def test_a_sleep_before_the_first_backward_is_named_host_idle_where_no_earlier_bucket_held_both(
+    tmp_path: Path,
+) -> None:
+    # the same run's first step: no event before its last bucket synchronised the two (the first bucket's
+    # wait hid under rank 0's backward), and the windows started at the first bucket's completion anyway, as
+    # the group's previous instance: "compute grew: aten::mm +30.0 ms" here, and "compute grew:
+    # AddmmBackward0 +40.2 ms" of a step whose rank 0 waited 47.7 ms for rank 1's 30.1 ms sleep, in a capture
+    # of 2 gloo ranks; from each member's step start, the sleep
+    out = analyze_run(load_run(_ddp_sleep_before_backward(tmp_path)), blame=False)
+    first = [e for e in out.skew.events if e.step == 0]
+    assert [int(e.comm_bytes[0]) for e in first] == [1 << 20, 4 << 20]
+    for e in first:
+        assert e.late_rank == 1
+        assert e.cause.kind is CauseKind.HOST_GAP
+        assert e.cause.delta_ns == pytest.approx(30 * MS, abs=0.1 * MS)
+
+
 #: The reducer's buckets at the end of a backward, one shape a step (ms from the step's start): each bucket's
 #: issue, recorded end and bytes; then the host rows after the last issue, (name, start, end), "untraced"
 #: time and traced copies. Step 0: the first bucket completed before the last issue (no wait), the second's
