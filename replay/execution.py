@@ -1319,6 +1319,8 @@ def clock_contradictions(run: RunTrace) -> list[ClockContradiction]:
         ends = [int(rt.start_ns[w] + rt.dur_ns[w]) for rt, w in zip(rts, g.rows, strict=True)]
         if g.is_p2p:  # (send, recv): a recv cannot complete before its send began
             early, last = 1, 0
+            if ends[early] == starts[early]:  # recorded without an end (a zero-length one's was not seen)
+                continue
             pg = f"{run.p2p[g.index].pg_name!r}"
         else:  # of the members whose end was seen (a zero-length one's was not)
             seen = [k for k, d in enumerate(g.detached) if d and ends[k] > starts[k]]

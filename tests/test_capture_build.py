@@ -131,10 +131,35 @@ def test_a_collective_still_running_when_the_window_ended_is_a_node_without_an_e
     blocking, still = by_name(build_nodes(cap), "c10d::allreduce_")
     assert (blocking.start_ns, blocking.dur_ns) == (10_000, 2_000)
     assert (still.start_ns, still.dur_ns, still.attrs[Attr.SEQ]) == (50_200, 0, 1)
-    # an isend still running keeps its issue time: only a collective is read as without an end
-    isend = replace(running, node_type=NodeType.COMM_SEND, op="c10d::send", comm_type=None, dst=1)
-    (send,) = by_name(build_nodes(one_step([coll(10_000, 12_000, seq=0), isend])), "c10d::send")
-    assert (send.start_ns, send.dur_ns) == (50_000, 200)
+
+
+def test_an_isend_or_irecv_no_wait_in_the_window_ended_is_a_node_without_an_end() -> None:
+    # gloo's send/recv Works have no future: a wait on them gives their end. One issued in the window's last
+    # step and waited for after it (double buffering: step k waits for step k-1's exchange) kept its issue
+    # time as if it had completed when its call returned, so a recv seemed done before its peer's send
+    # began: on 2 gloo ranks, check warned "clocks disagree ... rank 0 done 54.1 ms before rank 1 began"
+    # on one host. Now it is the collective's no-end node: duration 0 at its issue end, and counted
+    running = replace(coll(50_000, END_UNKNOWN, seq=1, is_async=True, issue_end=50_200), end_ns=END_UNKNOWN)
+    isend = replace(running, node_type=NodeType.COMM_SEND, op="c10d::send", comm_type=None, dst=1, seq=-1)
+    irecv = replace(
+        running, node_type=NodeType.COMM_RECV, op="c10d::recv_", comm_type=None, src=1, seq=-1,
+        start_ns=50_300, issue_end_ns=50_400,
+    )  # fmt: skip
+    unended: list[int] = []
+    nodes = build_nodes(one_step([coll(10_000, 12_000, seq=0), isend, irecv]), unended=unended)
+    (send,), (recv,) = by_name(nodes, "c10d::send"), by_name(nodes, "c10d::recv_")
+    assert [(n.start_ns, n.dur_ns) for n in (send, recv)] == [(50_200, 0), (50_400, 0)]
+    assert unended == [2]
+    # one the window's wait returned from ends there, and is not counted
+    wait = WaitRecord(
+        name=WORK_WAIT_NAME, start_ns=52_000, end_ns=55_000, thread=MAIN, ident=1, step=0,
+        issue_start_ns=50_000, issue_thread=MAIN,
+    )  # fmt: skip
+    unended = []
+    nodes = build_nodes(one_step([coll(10_000, 12_000, seq=0), isend, irecv], waits=[wait]), unended=unended)
+    (send,), (recv,) = by_name(nodes, "c10d::send"), by_name(nodes, "c10d::recv_")
+    assert [(send.start_ns, send.dur_ns), (recv.start_ns, recv.dur_ns)] == [(50_000, 5_000), (50_400, 0)]
+    assert unended == [1]
 
 
 def test_a_flight_recorder_collective_ends_with_its_worker_event_and_precedes_the_threads_next_node() -> None:

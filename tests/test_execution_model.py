@@ -920,6 +920,28 @@ def test_check_analyze_and_replay_say_where_the_ranks_clocks_contradict_the_trac
     assert clock_note(load_run(_contradicting_clocks(tmp_path, 0.5))) is None
 
 
+def _recv_before_send(tmp_path: Path, recv_ms: float) -> Path:
+    """Two ranks of one host: rank 1 sends rank 0 4 KiB at 10-11 ms on its comm stream; rank 0's irecv,
+    issued at 1 ms, lasted ``recv_ms`` (0: recorded without an end, at its issue end)."""
+    b = RunBuilder(2)
+    b.rank(0).step(0).recv(1, 4096, int(recv_ms * MS), start_ns=MS, stream=1000)
+    b.rank(1).step(0).send(0, 4096, MS, start_ns=10 * MS, stream=1000)
+    return b.write(tmp_path / f"run-recv-{recv_ms}")
+
+
+def test_a_recv_recorded_without_an_end_is_no_clock_error_against_its_later_send(tmp_path: Path) -> None:
+    from skewlens.replay.execution import clock_note
+
+    # an irecv issued in the window's last step and waited for after it has no end (a 0-length node at its
+    # issue end, as a collective still running then): its peer's isend, issued 9 ms later, says nothing of
+    # the clocks. Before, check, analyze and replay said "clocks disagree ... rank 0 done 9.0 ms before rank
+    # 1 began" (54.1 ms on 2 gloo ranks of a double-buffered exchange), as of a recv recorded as done
+    assert clock_note(load_run(_recv_before_send(tmp_path, 0))) is None
+    # a recv recorded as done 8 ms before its send began is the clocks
+    note = clock_note(load_run(_recv_before_send(tmp_path, 1)))
+    assert note is not None and "rank 0 done 8.0 ms before rank 1 began" in note
+
+
 def _rooted(tmp_path: Path, comm_type: CommType, root: int, early_ms: float) -> Path:
     """3 ranks of one host, one rooted collective: rank 1 arrives at 1 ms and is done at 2 ms, rank 0 (or
     2) arrives ``early_ms`` after that, the third at 10 ms; every member recorded ``root``."""

@@ -1096,13 +1096,19 @@ def compiled_reduce_scatters(
 
 
 def build_nodes(
-    cap: RankCapture, notes: list[str] | None = None, *, data_notes: list[str] | None = None
+    cap: RankCapture,
+    notes: list[str] | None = None,
+    *,
+    data_notes: list[str] | None = None,
+    unended: list[int] | None = None,
 ) -> list[TraceNode]:
     """All nodes of one rank's trace: the process-group METADATA node, then COMP and COMM nodes by start.
 
     ``notes``: where given, receives what the GPU dependencies came to (counts of the edges drawn and
     of those the trace could not give), for the manifest; ``data_notes`` likewise what the data
-    dependencies left out (:func:`reused_ids_note`).
+    dependencies left out (:func:`reused_ids_note`); ``unended`` how many asynchronous sends and recvs
+    nothing in the window gave an end (their Work has no future, and no wait on it returned in the window:
+    the program waited for them after it, or never), each a node without an end.
     """
     streams = _Streams(cap.main_thread)
     pg_index = {g.name: i for i, g in enumerate(cap.groups)}
@@ -1125,13 +1131,19 @@ def build_nodes(
         if not target.end_known:  # gloo's send/recv: it completed when the wait on it returned
             target.end_ns = max(target.end_ns, by_id[wid].end_ns)
             target.end_known = True
+    p2p_unended = 0
     for p in comms:
-        if not p.end_known and p.node_type == NodeType.COMM_COLL and p.kernel is None:
-            # a collective whose end nothing showed (still running when the window ended, CommHooks.flush;
-            # or a Work without a future, gloo's reduce_scatter, never waited on): a node of duration 0 at
-            # its issue end, which the no-end check reports (its issue time a gap). Moved only now: a
-            # Work.wait finds its call by the call's start (waits.wait_protos) and ends it where it returned
+        if not p.end_known and p.kernel is None:
+            # communication whose end nothing showed (a collective still running when the window ended,
+            # CommHooks.flush; a Work without a future, gloo's reduce_scatter and send/recv, never waited on
+            # in the window): a node of duration 0 at its issue end, which the no-end check reports (its
+            # issue time a gap). Moved only now: a Work.wait finds its call by the call's start
+            # (waits.wait_protos) and ends it where it returned. Before, a send or recv kept its issue time,
+            # as if done when its call returned: a recv then seemed done before its peer's send began
             p.start_ns = p.end_ns
+            p2p_unended += p.node_type != NodeType.COMM_COLL
+    if unended is not None and p2p_unended:
+        unended.append(p2p_unended)
     bursts: list[_Run] = []
     if cap.ops:
         ops, scopes = _op_protos(cap, streams, comms + waits, alias, waited_for)

@@ -708,6 +708,7 @@ class CaptureSession:
         comms: list[CommRecord] = []
         waits: list[WaitRecord] = []
         scatters: list[tuple[int, int, int]] = []
+        running = 0  # asynchronous calls recorded without an end (the note below)
         if self._hooks is not None:
             self._hooks.lean_left = 0
             self._hooks.uninstall()
@@ -718,11 +719,7 @@ class CaptureSession:
                 self.notes[rank_note_key(rank, RankNote.CALLS)] = (
                     f"{self._hooks.dropped} communication call(s) not recorded"
                 )
-            if self._hooks.running:
-                self.notes[rank_note_key(rank, RankNote.RUNNING_CALLS)] = (
-                    f"{self._hooks.running} asynchronous call(s) still running when the window ended "
-                    "(the program waited for them later, or never): recorded without an end"
-                )
+            running = self._hooks.running
         if rpc_running():
             self.notes[rank_note_key(rank, RankNote.RPC)] = RPC_NOTE
         if len(self._optimizer_steps) > 1 and self._first_optimizer is not None:
@@ -797,7 +794,13 @@ class CaptureSession:
         )
         gpu_notes: list[str] = []
         data_notes: list[str] = []
-        nodes = build_nodes(cap, notes=gpu_notes, data_notes=data_notes)
+        unended: list[int] = []
+        nodes = build_nodes(cap, notes=gpu_notes, data_notes=data_notes, unended=unended)
+        if running := running + sum(unended):
+            self.notes[rank_note_key(rank, RankNote.RUNNING_CALLS)] = (
+                f"{running} asynchronous call(s) still running when the window ended "
+                "(the program waited for them later, or never): recorded without an end"
+            )
         if gpu_notes:
             self.notes[rank_note_key(rank, RankNote.GPU_DEPENDENCIES)] = "; ".join(gpu_notes)
         if data_notes:
