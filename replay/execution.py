@@ -1561,6 +1561,9 @@ def _edges(
                 nested = ~ok & ~sync[part[1:]]
                 parent[part[1:][nested]] = part[holder[:-1][nested]]
             cs = comm_rows[timeline[comm_rows] != timeline[part[0]]]
+            # one recorded without an end (a 0-length node at its issue end: nothing in the window saw it
+            # complete) completed nowhere a host node could have waited for it
+            cs = cs[rt.dur_ns[cs] > 0]
             if cs.size and rt.is_cpu[part].all():
                 starts = rt.start_ns[part]
                 done = end[cs]

@@ -162,6 +162,20 @@ def test_an_isend_or_irecv_no_wait_in_the_window_ended_is_a_node_without_an_end(
     assert unended == [1]
 
 
+def test_no_node_of_the_thread_waits_for_communication_recorded_without_an_end() -> None:
+    # an isend/irecv pair or an all_reduce issued in the window's last step and waited for after it: nothing
+    # in the window saw it complete, so the thread's next node (the optimizer step) did not wait for it.
+    # Before, that node depended on it as on DDP's hidden wait: on 2 gloo ranks of a double-buffered
+    # exchange (step k waits for step k-1's), the unmodified replay held rank 0's last step until the
+    # peer's send, 24.5 ms, and replayed its steps 21.2% slower than recorded
+    running = replace(coll(20_000, END_UNKNOWN, seq=1, is_async=True, issue_end=20_200), end_ns=END_UNKNOWN)
+    isend = replace(running, node_type=NodeType.COMM_SEND, op="c10d::send", comm_type=None, dst=1, seq=-1)
+    for comm in (running, isend):
+        nodes = build_nodes(one_step([coll(10_000, 12_000, seq=0), comm, coll(40_000, 45_000, seq=2)]))
+        (still,) = [n for n in nodes if n.start_ns == 20_200 and n.dur_ns == 0]
+        assert [n.name for n in nodes if still.node_id in n.ctrl_deps] == [], comm.op
+
+
 def test_a_flight_recorder_collective_ends_with_its_worker_event_and_precedes_the_threads_next_node() -> None:
     fr = replace(coll(30_000, 30_000, seq=1 << 40, is_async=True), op="gloo:all_reduce")
     worker = [  # the hooked blocking call's own worker event, then the recorder's collective's

@@ -942,6 +942,29 @@ def test_a_recv_recorded_without_an_end_is_no_clock_error_against_its_later_send
     assert note is not None and "rank 0 done 8.0 ms before rank 1 began" in note
 
 
+def test_no_host_node_waits_for_a_recv_recorded_without_an_end(tmp_path: Path) -> None:
+    # rank 0's irecv issued at 1 ms in the window's last step and waited for after it: a 0-length node at its
+    # issue end, right where the thread's next host time begins. Read as a completion, that host node waited
+    # for it (an inferred wait: 0 after it, on a thread idle 0 before), so the unmodified replay held it
+    # until rank 1's send at 10 ms (on 2 gloo ranks of a double-buffered exchange at `collectives`, rank 0's
+    # last step 24.8 ms against 16.2 recorded, 10.6% over its 6 steps)
+    b = RunBuilder(2)
+    r0 = b.rank(0).step(0)
+    first = r0.compute("compute", MS, start_ns=0)
+    recv = r0.recv(1, 4096, 0, start_ns=MS, stream=1000, deps=(first,))
+    after = r0.compute("compute", 2 * MS, start_ns=MS, deps=(first,))
+    b.rank(1).step(0).compute("compute", 10 * MS, start_ns=0)
+    b.rank(1).step(0).send(0, 4096, MS, start_ns=10 * MS, stream=1000)
+    run = load_run(b.write(tmp_path / "run"))
+    m = execution_model(run).ranks[0]
+    rt = run.ranks[0]
+    row = {int(n): k for k, n in enumerate(rt.node_id)}
+    into_after = m.start_src[m.start_dst == row[after]].tolist()
+    assert row[recv] not in into_after and into_after == [row[first]]
+    res = simulate(run)
+    assert int(res.start_ns[0][row[after]] - res.start_ns[0][row[first]]) == MS  # as recorded
+
+
 def _rooted(tmp_path: Path, comm_type: CommType, root: int, early_ms: float) -> Path:
     """3 ranks of one host, one rooted collective: rank 1 arrives at 1 ms and is done at 2 ms, rank 0 (or
     2) arrives ``early_ms`` after that, the third at 10 ms; every member recorded ``root``."""
