@@ -898,3 +898,45 @@ def test_the_lenient_line_counts_collectives_and_p2p_ops_apart_and_the_dropped_s
         "lenient: 3 collective instance(s) and 2 p2p op(s) not matched across ranks, at their recorded "
         "durations; the all_to_all splits of 2 node(s) dropped; the warnings on stderr say why"
     )
+
+
+# ---------------------------------------------------------------------- ranks of another run, absent members
+
+
+def _straggler_run(path: Path, *, start_ns: int = 0) -> Path:
+    """Three ranks, two steps of an all_reduce after compute: rank 2's 10 ms longer, rank 1's 2 ms."""
+    b = RunBuilder(world_size=3)
+    for r in range(3):
+        rb = b.rank(r)
+        for k in range(2):
+            rb.step(k).compute(
+                "aten::mm", dur_ns=(5 + {0: 0, 1: 2, 2: 10}[r]) * MS, start_ns=start_ns if k == 0 else None
+            )
+            rb.collective(CommType.ALL_REDUCE, 1 << 20, dur_ns=MS)
+    return b.write(path)
+
+
+def test_a_rank_file_of_another_run_is_refused_naming_it_and_left_out_leniently(tmp_path: Path) -> None:
+    d = _straggler_run(tmp_path / "run")
+    other = _straggler_run(tmp_path / "other", start_ns=10_000 * MS)
+    (d / "rank-2.et").write_bytes((other / "rank-2.et").read_bytes())
+    why = (
+        f"{d / 'rank-2.et'}: rank 2's trace is not this run's: none of its 4 node(s) of steps 0-1 ran in "
+        "those steps as the manifest records them for rank 2; they ran 9.968 s after them: a trace of "
+        "another run or capture copied in?"
+    )
+    with pytest.raises(ValidationError, match=re.escape(why)):
+        load_validated(d, lenient_option="--lenient")
+    out = io.StringIO()
+    assert check_main([str(d), "--no-progress"], console=Console(file=out, width=400)) == 1
+    assert why in out.getvalue()
+    run = load_validated(d, lenient=True)
+    assert sorted(run.ranks) == [0, 1]
+    assert run.left_out_ranks == ((2, why),)
+    # and the export, which reads each rank on its own, refuses it too
+    from skewlens.profiler.store.parquet import export_run
+
+    with pytest.raises(ValidationError, match=re.escape(why)):
+        export_run(d, tmp_path / "pq", workers=1)
+    assert not (tmp_path / "pq").exists()
+

@@ -29,7 +29,7 @@ import math
 import re
 import tarfile
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -965,6 +965,7 @@ def load_rank(
     decoder: Decoder = "auto",
     raw: RawColumns | None = None,
     lenient: bool = False,
+    steps: Mapping[int, tuple[int, int]] | None = None,
 ) -> RankTrace:
     """Decode one rank's ``.et`` into columns. ``pg_names`` is extended with groups first seen here.
 
@@ -972,11 +973,13 @@ def load_rank(
     all_to_all's inconsistent splits); with one, problems are collected there and the trace is returned
     with dangling dependencies and inconsistent splits dropped. ``lenient``: inconsistent splits are
     dropped with a warning (``sink.dropped_splits`` names each node), strict sink or not. ``raw``: the
-    file's columns, already decoded.
+    file's columns, already decoded. ``steps``: the rank's steps as its run's manifest records them
+    (:func:`captured_steps`): a trace none of whose nodes of those steps ran in them is another run's, a
+    :class:`TraceFormatError`.
     """
     p = Path(path)
     raw = decode(p, decoder=decoder) if raw is None else raw
-    return _interpret(
+    rt = _interpret(
         raw,
         p,
         rank,
@@ -985,6 +988,21 @@ def load_rank(
         sink=sink or IssueLog(strict=True),
         lenient=lenient,
     )
+    _refuse_another_runs(rt, steps or {})
+    return rt
+
+
+def captured_steps(manifest: Manifest) -> dict[int, dict[int, tuple[int, int]]]:
+    """Rank -> its steps in ``manifest`` -> their (start, end) ns, of the steps that have a span, where the
+    run's ranks marked them as they ran (none of an import: its steps are read from the same files, and a
+    step's GPU work may lie wholly outside the span it is given, the step before the profiler started)."""
+    spans: dict[int, dict[int, tuple[int, int]]] = {}
+    if manifest.source == "import":
+        return spans
+    for span in manifest.steps:
+        if span.end_ns > span.start_ns:
+            spans.setdefault(span.rank, {})[span.step] = (span.start_ns, span.end_ns)
+    return spans
 
 
 def parse_pg_init(values: str, path: Path) -> dict[str, ProcessGroupInfo]:
@@ -1076,6 +1094,7 @@ def iter_ranks(
     so issues and group names come in the same order as from a load on one thread.
     """
     items = sorted(files.files.items())
+    spans = captured_steps(files.manifest)
     decoded = ordered_map(
         functools.partial(_decoded, decoder=decoder), [f for _, f in items], workers=default_workers()
     )
@@ -1098,7 +1117,14 @@ def iter_ranks(
                     if isinstance(raw, TraceFormatError):
                         raise raw
                     yield load_rank(
-                        f, r, pg_names, pg_found, sink=sink, raw=raw, lenient=left_out is not None
+                        f,
+                        r,
+                        pg_names,
+                        pg_found,
+                        sink=sink,
+                        raw=raw,
+                        lenient=left_out is not None,
+                        steps=spans.get(r),
                     )
                 except TraceFormatError as e:
                     if sink.strict and left_out is None:
@@ -1106,6 +1132,38 @@ def iter_ranks(
                     _unreadable(sink, left_out, "corrupt-trace", str(e), f=f, r=r)
             advance()
     release_free_memory()  # what the decoding threads freed, before the analyses allocate their own
+
+
+def _refuse_another_runs(rt: RankTrace, spans: Mapping[int, tuple[int, int]]) -> None:
+    """Refuse (:class:`TraceFormatError`) a rank trace that is not the one its run's manifest was written
+    from: none of its nodes of the steps the manifest records for the rank ran inside those steps' spans (a
+    rank file of another capture or run copied in, whose steps ran at other times). ``spans``: the rank's
+    steps in the manifest, step -> (start, end) ns. A trace without start times, or without nodes of those
+    steps, says nothing either way."""
+    if not spans or rt.untimed or len(rt) == 0:
+        return
+    steps = np.fromiter(spans, dtype=np.int64, count=len(spans))
+    tagged = np.flatnonzero(np.isin(rt.step, steps))
+    if tagged.size == 0:
+        return
+    lo = np.array([spans[int(s)][0] for s in rt.step[tagged]], dtype=np.int64)
+    hi = np.array([spans[int(s)][1] for s in rt.step[tagged]], dtype=np.int64)
+    start, end = rt.start_ns[tagged], rt.end_ns[tagged]
+    if ((start < hi) & (end > lo)).any():
+        return
+    first, last = min(a for a, _ in spans.values()), max(b for _, b in spans.values())
+    ran_from, ran_to = int(start.min()), int(end.max())
+    if ran_from >= last:
+        away = f"they ran {(ran_from - last) / 1e9:.3f} s after them"
+    elif ran_to <= first:
+        away = f"they ran {(first - ran_to) / 1e9:.3f} s before them"
+    else:
+        away = "each ran outside its own step"
+    raise TraceFormatError(
+        f"{rt.path}: rank {rt.rank}'s trace is not this run's: none of its {tagged.size} node(s) of steps "
+        f"{int(steps.min())}-{int(steps.max())} ran in those steps as the manifest records them for rank "
+        f"{rt.rank}; {away}: a trace of another run or capture copied in?"
+    )
 
 
 def _decoded(f: Path, *, decoder: Decoder = "auto") -> RawColumns | TraceFormatError | None:

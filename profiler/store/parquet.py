@@ -50,6 +50,7 @@ from skewlens.profiler.store.load import (
     PARQUET_EXPORT_FORMAT,
     RunFiles,
     assign_defaults,
+    captured_steps,
     load_rank,
     locate_run,
     missing_rank_issues,
@@ -303,15 +304,16 @@ def _export_rank(
     *,
     mark_stream: int | None,
     meta: Mapping[bytes, bytes],
+    steps: Mapping[int, tuple[int, int]] | None = None,
 ) -> _RankResult:
     """Worker: decode one rank, write its partitions (``meta`` added to their key-value metadata: the
     run's :func:`provenance_metadata`), return its communication rows (``mark_stream``:
-    :func:`step_mark_stream`)."""
+    :func:`step_mark_stream`; ``steps``: the rank's steps in the manifest, :func:`load_rank`'s)."""
     sink = IssueLog(strict=False)
     found: dict[str, ProcessGroupInfo] = {}
     names = list(pg_names)
     try:
-        rt = load_rank(path, rank, names, found, sink=sink)
+        rt = load_rank(path, rank, names, found, sink=sink, steps=steps)
     except TraceFormatError as e:
         sink.error("corrupt-trace", str(e), file=str(path), rank=rank)
         return _RankResult(
@@ -375,10 +377,11 @@ def _results(
 ) -> Iterator[_RankResult]:
     world = tuple(range(files.manifest.world_size))
     mark = step_mark_stream(files.manifest)
+    spans = captured_steps(files.manifest)
     todo = [(f, r) for r, f in sorted(files.files.items()) if f.exists()]
     if workers <= 1 or len(todo) <= 1:
         for f, r in todo:
-            yield _export_rank(f, r, tmp, pg_names, world, mark_stream=mark, meta=meta)
+            yield _export_rank(f, r, tmp, pg_names, world, mark_stream=mark, meta=meta, steps=spans.get(r))
         return
     if (why := no_temp_dir()) is not None:  # it was "cannot write OUT: No such file or directory"
         raise SkewlensError(
@@ -389,7 +392,9 @@ def _results(
 
     with process_pool(min(workers, len(todo)), __name__) as pool:  # no process without a rank file
         futures = [
-            pool.submit(_export_rank, f, r, tmp, pg_names, world, mark_stream=mark, meta=meta)
+            pool.submit(
+                _export_rank, f, r, tmp, pg_names, world, mark_stream=mark, meta=meta, steps=spans.get(r)
+            )
             for f, r in todo
         ]
         try:
