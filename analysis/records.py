@@ -17,6 +17,10 @@ class CauseKind(StrEnum):
     """The host was idle right before a send (the send was issued late)."""
     WAIT = "earlier_wait"
     """The rank itself waited for others earlier (the lateness is passed on)."""
+    UNTRACED = "untraced_member"
+    """A member of the group has no trace (a rank missing from the run, or one a lenient load left out): it
+    may have arrived after every traced member, so who was late, and why, is unknown; no traced rank is
+    blamed (``blamed_rank`` -1), and its members' waits for the last traced arrival are charged to no one."""
     NONE = "none"
     """No category explains the lateness: no member arrived after the median member, or the late member's
     window grew by under 0.05 ms in every category (``skew.SHOWN_NS``). Such a member may still be late by
@@ -70,7 +74,8 @@ class CollectiveSkewRecord:
     late_rank: int
     """Member whose arrival the longest wait was for: the last to arrive, or a rooted collective's root."""
     blamed_rank: int
-    """Rank the wait is attributed to (the late rank, or whoever made it wait earlier)."""
+    """Rank the wait is attributed to (the late rank, or whoever made it wait earlier); -1 where a member of
+    the group has no trace (``cause_kind`` ``untraced_member``), or such an event made it wait earlier."""
     late_by_ns: int
     """Late member's arrival minus the median arrival (of all members; of the others where the late member
     is a root), 0 where it was not later."""

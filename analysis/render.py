@@ -498,7 +498,13 @@ def what_if_notes(result: AnalysisResult, ranks: Sequence[int]) -> list[WhatIf]:
     grew_from: dict[tuple[int, str | None], dict[int, int]] = defaultdict(dict)
     for e in result.skew.events:
         c = e.cause
-        if c.passed_on or e.clock_contradicted or e.step not in wanted or e.total_exposed_wait_ns <= 0:
+        if (
+            c.passed_on
+            or e.clock_contradicted
+            or e.blamed_rank < 0
+            or e.step not in wanted
+            or e.total_exposed_wait_ns <= 0
+        ):
             continue
         if c.kind is CauseKind.HOST_GAP:
             what: str | None = None
@@ -718,7 +724,8 @@ def worst_collectives_table(result: AnalysisResult, top: int = 10) -> Table:
     (``collective_skew.comm_bytes``: its input, an all_to_all's own chunk included, not what crossed the
     network). Those whose
     members' recorded times contradict each other (``clock_contradicted``: clocks that disagree) come after
-    the others, marked :data:`CLOCK_MARK`: their skew and waits are not meaningful."""
+    the others, marked :data:`CLOCK_MARK`: their skew and waits are not meaningful. Those of a group with a
+    member without a trace, who may have been the late one, are blamed on no rank (``-``)."""
     t = Table(
         title="Worst collectives / p2p (by exposed wait: not hidden under compute)", title_justify="left"
     )
@@ -736,7 +743,7 @@ def worst_collectives_table(result: AnalysisResult, top: int = 10) -> Table:
             ms_text(e.skew_ns),
             ms_text(e.total_exposed_wait_ns),
             str(e.late_rank),
-            str(e.blamed_rank),
+            str(e.blamed_rank) if e.blamed_rank >= 0 else "-",
             e.cause.text or "-",
         )
     notes = []
@@ -747,6 +754,12 @@ def worst_collectives_table(result: AnalysisResult, top: int = 10) -> Table:
     named = _groups_named(result, [e.pg_name for e in events])
     if named:
         notes.append(named)
+    if any(e.blamed_rank < 0 for e in events):
+        notes.insert(
+            0,
+            "blamed -: a member of the group has no trace and may have arrived last: late is the last traced "
+            "member, and its members' waits are charged to no rank",
+        )
     if any(e.clock_contradicted for e in events):
         notes.insert(
             0,

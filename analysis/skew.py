@@ -52,6 +52,7 @@ from skewlens.analysis.index import (
 )
 from skewlens.analysis.records import CauseKind, CollectiveSkewRecord
 from skewlens.profiler.manifest import HASHED_GROUP_NAME
+from skewlens.profiler.store.issues import rank_ranges
 from skewlens.profiler.vocab import CommType, NodeType
 from skewlens.replay.execution import HOST_TIME_NAMES, clock_contradictions, execution_model, held_by
 
@@ -104,6 +105,8 @@ class Cause:
     passed_on: bool = False
     """Whether this is an earlier event's cause, passed on by an earlier wait of the late member (also
     when that member is the blamed rank itself, whose own lateness came back to it: ``via_rank`` is -1)."""
+    untraced: tuple[int, ...] = ()
+    """Of an :attr:`CauseKind.UNTRACED` cause: the group's members without a trace."""
 
     @property
     def stalled_scope(self) -> bool:
@@ -149,6 +152,11 @@ class Cause:
         if self.kind is CauseKind.WAIT:
             by = f" (caused by rank {self.blamed_from})" if self.blamed_from >= 0 else ""
             return f"earlier wait +{ms:.1f} ms{by}"
+        if self.kind is CauseKind.UNTRACED:
+            return (
+                f"rank(s) {rank_ranges(list(self.untraced))} of the group have no trace: "
+                "who was late is unknown"
+            )
         return ""
 
 
@@ -330,6 +338,7 @@ class SkewResult:
         for e in self.events:
             if (
                 e.clock_contradicted
+                or e.blamed_rank < 0
                 or e.total_exposed_wait_ns <= 0
                 or (wanted is not None and e.step not in wanted)
             ):
@@ -674,6 +683,12 @@ def analyze_skew(ix: RunIndex) -> SkewResult:
     first_step = {
         r: st for r, (keys, _a, _b) in windows.items() if (st := next((k for k in keys if k >= 0), -1)) >= 0
     }
+    # group -> its members without a trace
+    untraced_of = {
+        name: tuple(sorted(set(g.ranks) - set(ix.ranks)))
+        for name, g in run.process_groups.items()
+        if not set(g.ranks) <= set(ix.ranks)
+    }
     blamed_row: dict[int, I64] = {r: np.full(len(ri.trace), -1, dtype=np.int64) for r, ri in ix.ranks.items()}
     cause_of: dict[tuple[int, int], Cause] = {}
     history: dict[int, list[int]] = {}  # rank -> indexes into events of the events it took part in
@@ -704,7 +719,13 @@ def analyze_skew(ix: RunIndex) -> SkewResult:
         late_rank = ranks[li]
         step = int(rts[li].trace.step[rows[li]])
         cause, blamed, cause_first_step = NO_CAUSE, late_rank, -1
-        if li != mi and arr[li] > arr[mi]:
+        untraced = untraced_of.get(pg_name, ()) if kind == "collective" else ()
+        if untraced:
+            # a member without a trace may have arrived after every traced one: who the traced members
+            # waited for, and why, is unknown, so no traced rank is blamed (before, the last traced member
+            # was, for the waits of an absent straggler: rank 3 caused 45.9 ms a step of rank 2's)
+            cause, blamed = Cause(kind=CauseKind.UNTRACED, delta_ns=0, untraced=untraced), -1
+        elif li != mi and arr[li] > arr[mi]:
             common = _common_event(events, history.get(late_rank, []), late_rank, ranks[mi])
             starts = []
             synced = common is not None
@@ -773,6 +794,8 @@ def analyze_skew(ix: RunIndex) -> SkewResult:
                 origin = cause_of.get((late_rank, wait_row))
                 if b >= 0:
                     blamed = b
+                if origin is not None and origin.kind is CauseKind.UNTRACED:
+                    blamed = -1  # late from waiting where an untraced member may have been the late one
                 if origin is not None and origin.kind not in (CauseKind.WAIT, CauseKind.NONE):
                     # report the root cause, noting who passed the lateness on (not the blamed rank
                     # itself: its own lateness that came back to it through its earlier wait)
@@ -881,7 +904,8 @@ def _summarise(events: list[SkewEvent], compute: Mapping[int, Coverage] | None =
     other (``SkewEvent.clock_contradicted``); each rank's top cause is :meth:`SkewResult.top_cause_in`."""
     # an event whose members' clocks contradict each other has no meaningful waits: it is listed (flagged)
     # but neither charged to a rank nor a source of its top cause
-    counted = [e for e in events if not e.clock_contradicted]
+    # nor is one blamed on no rank (a member of its group has no trace)
+    counted = [e for e in events if not e.clock_contradicted and e.blamed_rank >= 0]
     caused, by_step = _caused_waits(counted, compute or {})
     return SkewResult(events=events, caused_wait_ns=caused, caused_wait_by_step=by_step)
 

@@ -297,9 +297,9 @@ def test_the_wait_heatmap_of_a_run_with_untraced_ranks_says_its_waits_are_for_th
         missing = "1-15" if len(traced) == 1 else "2-15"
         assert data.untraced == f"{16 - len(traced)} of 16 ranks have no trace: {missing}"
         wait_heatmap(result, tmp_path / "w.png")
+        # no "rank 1 made its peers wait the most": any of the 14 untraced members may have come later
         assert titles.pop().splitlines() == [
             "wait for peers (ms); blank: not a member",
-            *([] if len(traced) == 1 else ["rank 1 made its peers wait the most: 2.000 ms a step"]),
             f"{data.untraced}: waits for traced peers only",
         ]
     b = RunBuilder(world_size=2)  # every rank traced: nothing more said

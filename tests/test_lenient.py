@@ -940,3 +940,24 @@ def test_a_rank_file_of_another_run_is_refused_naming_it_and_left_out_leniently(
         export_run(d, tmp_path / "pq", workers=1)
     assert not (tmp_path / "pq").exists()
 
+
+def test_a_collective_whose_group_has_a_member_without_a_trace_is_blamed_on_no_traced_rank(
+    tmp_path: Path,
+) -> None:
+    from skewlens.analysis.index import build_index
+    from skewlens.analysis.records import CauseKind
+    from skewlens.analysis.skew import analyze_skew
+
+    d = _straggler_run(tmp_path / "run")
+    whole = analyze_skew(build_index(load_validated(d)))
+    assert [(e.late_rank, e.blamed_rank) for e in whole.events] == [(2, 2), (2, 2)]
+    (d / "rank-2.et").unlink()  # the straggler's trace is lost
+    skew = analyze_skew(build_index(load_validated(d, lenient=True)))
+    # rank 1, the last traced member, is not blamed for the waits rank 2 may have caused: no rank is
+    assert skew.caused_wait_ns == {}
+    assert [e.blamed_rank for e in skew.events] == [-1, -1]
+    for e in skew.events:
+        assert (e.late_rank, e.blamed_rank, e.cause.kind) == (1, -1, CauseKind.UNTRACED)
+        assert e.cause.text == "rank(s) 2 of the group have no trace: who was late is unknown"
+    assert skew.events[0].skew_ns == 2 * MS  # among the traced members, as recorded
+    assert skew.top_cause_in() == {}
