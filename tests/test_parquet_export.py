@@ -1722,3 +1722,16 @@ def test_the_documented_drift_queries_give_a_slower_ranks_growth_per_step_and_th
     assert 0 < want[1][3] < want[1][1] and want[1][2] > 0.9
     # since which step: rank 1's first five steps cost nothing; its first over 1 ms is the third of growth
     assert duckdb.sql(began).fetchall() == [(1, since + MS // grow + 1, 0.0)]
+
+
+def test_a_collectives_group_size_counts_the_members_without_a_trace_in_an_export_that_allows_errors(
+    tmp_path: Path,
+) -> None:
+    # one host's traces lost: ranks 2 and 3 of the world group of 4; the rows were counted as the group's size
+    b = RunBuilder(world_size=4)
+    _ = [b.rank(r).collective(CommType.ALL_REDUCE, 1 << 20, dur_ns=1_000_000) for r in range(4)]
+    run = b.write(tmp_path / "run")
+    _ = [(run / f"rank-{r}.et").unlink() for r in (2, 3)]
+    export_run(run, tmp_path / "pq", strict=False, workers=1)
+    rows = read_table(tmp_path / "pq" / "collectives.parquet").to_pylist()
+    assert [(c["rank"], c["group_size"]) for c in rows] == [(0, 4), (1, 4)]

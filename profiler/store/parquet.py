@@ -479,7 +479,7 @@ def _export_into(
     missing = frozenset(manifest.missing_ranks) | (frozenset(manifest.ranks) - frozenset(comm))
     instances = match_instances(comm, pg_names, groups, sink, missing_ranks=missing)
     pairs = match_pairs(comm, pg_names, sink)
-    rows["collectives"] = _write_collectives(tmp, comm, instances, meta)
+    rows["collectives"] = _write_collectives(tmp, comm, instances, meta, groups)
     rows["p2p"] = _write_p2p(tmp, comm, pairs, meta)
     rows["ranks"] = _write_ranks(tmp, files, num_nodes, meta)
     rows["groups"] = _write_groups(tmp, groups, pg_names, meta)
@@ -512,10 +512,23 @@ def _at(c: CommRows, row: int) -> int:
 
 
 def _write_collectives(
-    tmp: Path, comm: dict[int, CommRows], instances: list[CollectiveInstance], meta: Mapping[bytes, bytes]
+    tmp: Path,
+    comm: dict[int, CommRows],
+    instances: list[CollectiveInstance],
+    meta: Mapping[bytes, bytes],
+    groups: Mapping[str, ProcessGroupInfo],
 ) -> int:
-    """One row per member per instance, gathered rank by rank with numpy."""
+    """One row per member per instance, gathered rank by rank with numpy; ``group_size`` is the group's
+    (``groups``: its members, those without a trace too), else the instance's member count."""
     sizes = np.fromiter((len(i.ranks) for i in instances), dtype=np.int64, count=len(instances))
+    group_size = np.fromiter(
+        (
+            len(g.ranks) if (g := groups.get(i.pg_name)) is not None and g.ranks else len(i.ranks)
+            for i in instances
+        ),
+        dtype=np.int64,
+        count=len(instances),
+    )
     total = int(sizes.sum())
     ranks = np.fromiter(itertools.chain.from_iterable(i.ranks for i in instances), np.int64, total)
     rows = np.fromiter(itertools.chain.from_iterable(i.rows for i in instances), np.int64, total)
@@ -550,7 +563,7 @@ def _write_collectives(
         "step": step,
         "start_ns": start,
         "end_ns": end,
-        "group_size": np.repeat(sizes, sizes),
+        "group_size": np.repeat(group_size, sizes),
         "dtype": pa.array(dtype, type=pa.string()).dictionary_encode(),
     }
     table = table_from_columns(CollectiveRecord, cols, "collectives")

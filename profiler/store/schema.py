@@ -472,7 +472,8 @@ class CollectiveRecord:
     end_ns: int
     """Member's completion, aligned ns."""
     group_size: int
-    """Number of members."""
+    """Number of members of the group, those without a trace included (an export with ``--allow-errors`` of
+    a run with a rank missing has fewer rows of the instance)."""
     dtype: str | None
     """The member's tensor dtype (``skl_dtype``: ``bfloat16`` where a mixed-precision run communicates
     in it), null where not recorded."""
