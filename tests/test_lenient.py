@@ -961,3 +961,23 @@ def test_a_collective_whose_group_has_a_member_without_a_trace_is_blamed_on_no_t
         assert e.cause.text == "rank(s) 2 of the group have no trace: who was late is unknown"
     assert skew.events[0].skew_ns == 2 * MS  # among the traced members, as recorded
     assert skew.top_cause_in() == {}
+
+
+def test_a_modelled_replay_without_a_ranks_trace_says_it_models_no_wait_for_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the straggler's trace lost: comm_mode=model synchronises the traced members alone, so the time they
+    # waited for rank 2 is gone; the report said only "lenient: left out rank 2"
+    d = _straggler_run(tmp_path / "run")
+    (d / "rank-2.et").unlink()
+    said = (
+        "no trace of rank 2: 2 collective instance(s) of groups with rank 2 synchronise the traced members "
+        "only, and comm_mode=model models no wait for rank 2 there (as if never late), so steps may be "
+        "shorter than the run's; comm_mode=as_recorded keeps those waits in the recorded transfers"
+    )
+    for mode, says in (("model", True), ("as_recorded", False)):
+        args = ["replay", f"trace={d}", f"out={tmp_path / mode}", "progress=false", "lenient=true"]
+        assert skewlens_main([*args, f"comm_mode={mode}"]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert lines[0] == "lenient: left out rank 2; the warnings on stderr say why"
+        assert (said in lines) is says

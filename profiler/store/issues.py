@@ -465,6 +465,28 @@ def lenient_line(run: RunTrace) -> str | None:
     return f"lenient: {'; '.join(parts)}; the warnings on stderr say why" if parts else None
 
 
+def untraced_members_line(run: RunTrace) -> str | None:
+    """Where ranks of ``run``'s world have no trace and collectives of their groups were matched among the
+    traced members alone, what a replay that models transfers (``comm_mode=model``) does with them: it
+    synchronises those members only, so the time they waited for an untraced member, which a recorded
+    transfer holds, is gone (a straggler without a trace replays as never late). None elsewhere."""
+    traced = set(run.ranks)
+    untraced = sorted(set(range(run.manifest.world_size)) - traced)
+    n = sum(
+        1
+        for c in run.collectives
+        if (g := run.process_groups.get(c.pg_name)) is not None and not set(g.ranks) <= traced
+    )
+    if not untraced or not n:
+        return None
+    who = ranks_label(untraced)
+    return (
+        f"no trace of {who}: {n} collective instance(s) of groups with {who} synchronise the traced members "
+        f"only, and comm_mode=model models no wait for {who} there (as if never late), so steps may be "
+        "shorter than the run's; comm_mode=as_recorded keeps those waits in the recorded transfers"
+    )
+
+
 def capture_note_issues(m: Manifest, sink: IssueLog) -> None:
     """A warning per distinct note of the manifest's ``notes`` that says data was not recorded (with its
     ranks), per rank whose trace is partial, and where the job stopped inside a step, which rank did not

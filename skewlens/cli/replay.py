@@ -52,7 +52,7 @@ from skewlens.console import (
 from skewlens.paths import CONF_DIR, conf_entries, doc
 from skewlens.profiler.atomic import why_not_created
 from skewlens.profiler.errors import SkewlensError, out_of_memory
-from skewlens.profiler.store.issues import counted, lenient_line, override, run_notes
+from skewlens.profiler.store.issues import counted, lenient_line, override, run_notes, untraced_members_line
 from skewlens.progress import NO_PROGRESS
 from skewlens.replay.config import (
     ReplayConfig,
@@ -219,6 +219,8 @@ def run_job(cfg: DictConfig, console: Console) -> None:
         raise
     if (lenient := lenient_line(outcome.run)) is not None:  # a saved report says it too, not stderr alone
         print_line(console, lenient)
+    if conf.comm_mode != "as_recorded" and (untraced := untraced_members_line(outcome.run)) is not None:
+        print_line(console, untraced)
     console.print(summary_table(outcome.summary, title=f"Simulated replay ({conf.comm_mode}) -> {out_dir}"))
     if (gpu := gpu_idle_table(outcome.summary)) is not None:
         console.print(gpu)
