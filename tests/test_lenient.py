@@ -981,3 +981,18 @@ def test_a_modelled_replay_without_a_ranks_trace_says_it_models_no_wait_for_it(
         lines = capsys.readouterr().out.splitlines()
         assert lines[0] == "lenient: left out rank 2; the warnings on stderr say why"
         assert (said in lines) is says
+
+
+def test_an_analysis_without_a_ranks_trace_says_first_that_its_waits_are_blamed_on_no_rank(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    d = _straggler_run(tmp_path / "run")
+    assert skewlens_main(["analyze", str(d), "--out", str(tmp_path / "whole")]) == 0
+    assert "no trace of" not in capsys.readouterr().out
+    (d / "rank-2.et").unlink()
+    assert skewlens_main(["analyze", str(d), "--out", str(tmp_path / "out"), "--lenient"]) == 0
+    assert capsys.readouterr().out.splitlines()[1] == (
+        "no trace of rank 2: 2 collective instance(s) of groups with rank 2 synchronise the traced members "
+        "only: their waits are blamed on no rank, and the what-if costs keep the time spent waiting for "
+        "rank 2 as recorded, so lateness passed on through rank 2 is not in them"
+    )

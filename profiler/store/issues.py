@@ -465,11 +465,14 @@ def lenient_line(run: RunTrace) -> str | None:
     return f"lenient: {'; '.join(parts)}; the warnings on stderr say why" if parts else None
 
 
-def untraced_members_line(run: RunTrace) -> str | None:
+def untraced_members_line(run: RunTrace, *, replay: bool) -> str | None:
     """Where ranks of ``run``'s world have no trace and collectives of their groups were matched among the
-    traced members alone, what a replay that models transfers (``comm_mode=model``) does with them: it
-    synchronises those members only, so the time they waited for an untraced member, which a recorded
-    transfer holds, is gone (a straggler without a trace replays as never late). None elsewhere."""
+    traced members alone, what that does to the figures. ``replay``: of a replay that models transfers
+    (``comm_mode=model``), which synchronises those members only, so the time they waited for an untraced
+    member, which a recorded transfer holds, is gone (a straggler without a trace replays as never late);
+    else of an analysis, which blames those waits on no rank and whose what-if replays keep them as recorded
+    (a rank whose lateness reached the others through an untraced rank costs less than it did). None
+    elsewhere."""
     traced = set(run.ranks)
     untraced = sorted(set(range(run.manifest.world_size)) - traced)
     n = sum(
@@ -480,10 +483,16 @@ def untraced_members_line(run: RunTrace) -> str | None:
     if not untraced or not n:
         return None
     who = ranks_label(untraced)
+    head = f"no trace of {who}: {n} collective instance(s) of groups with {who} synchronise the traced"
+    head += " members only"
+    if replay:
+        return (
+            f"{head}, and comm_mode=model models no wait for {who} there (as if never late), so steps may be "
+            "shorter than the run's; comm_mode=as_recorded keeps those waits in the recorded transfers"
+        )
     return (
-        f"no trace of {who}: {n} collective instance(s) of groups with {who} synchronise the traced members "
-        f"only, and comm_mode=model models no wait for {who} there (as if never late), so steps may be "
-        "shorter than the run's; comm_mode=as_recorded keeps those waits in the recorded transfers"
+        f"{head}: their waits are blamed on no rank, and the what-if costs keep the time spent waiting for "
+        f"{who} as recorded, so lateness passed on through {who} is not in them"
     )
 
 

@@ -31,7 +31,7 @@ from skewlens.cli.options import ArgumentParser, user_path
 from skewlens.console import print_line, print_warning, report_console
 from skewlens.profiler.atomic import move_into, staging_dir
 from skewlens.profiler.errors import SkewlensError
-from skewlens.profiler.store.issues import lenient_line
+from skewlens.profiler.store.issues import lenient_line, untraced_members_line
 from skewlens.profiler.store.model import RunTrace
 from skewlens.progress import Progress
 from skewlens.replay.streaming import DEFAULT_MAX_EVENTS
@@ -202,6 +202,8 @@ def main(argv: list[str]) -> int:
     console = report_console()
     if (lenient := lenient_line(run)) is not None:  # a saved report says it too, not stderr alone
         print_line(console, lenient)
+    if (untraced := untraced_members_line(run, replay=False)) is not None:
+        print_line(console, untraced)
     print_report(console, report(result, top=args.top))
     for note in (*result.notes, *notes):  # on stderr: a script's > out.txt gets the results only
         print_warning("analyze", note)

@@ -219,7 +219,10 @@ def run_job(cfg: DictConfig, console: Console) -> None:
         raise
     if (lenient := lenient_line(outcome.run)) is not None:  # a saved report says it too, not stderr alone
         print_line(console, lenient)
-    if conf.comm_mode != "as_recorded" and (untraced := untraced_members_line(outcome.run)) is not None:
+    if (
+        conf.comm_mode != "as_recorded"
+        and (untraced := untraced_members_line(outcome.run, replay=True)) is not None
+    ):
         print_line(console, untraced)
     console.print(summary_table(outcome.summary, title=f"Simulated replay ({conf.comm_mode}) -> {out_dir}"))
     if (gpu := gpu_idle_table(outcome.summary)) is not None:
