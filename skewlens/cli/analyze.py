@@ -95,7 +95,9 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="analyse a run whose communication does not match across ranks (order, size, count): what "
         "disagrees is skipped, its nodes keep their recorded durations and synchronise with no other "
-        "rank, and the report says per process group what was skipped and why",
+        "rank, and the report says per process group what was skipped and why; a rank whose trace file "
+        "is missing, unreadable or another run's is left out, and the waits at its groups' collectives "
+        "are blamed on no rank",
     )
     return p
 
