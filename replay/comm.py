@@ -31,6 +31,7 @@ from skewlens.replay.network.algorithms import (
     ALGORITHMS,
     double_binary_tree_edges,
     even_split_bytes,
+    flat_algorithm,
     flat_time_ns,
     hierarchical_time_ns,
     p2p_time_ns,
@@ -278,11 +279,13 @@ class ModelTiming:
         # slowest dimension; ring's and hierarchical's go to the next member round the ring, one hop where the
         # group fills it, more where it does not (a 2 x 3 mesh's dp pair 0 and 3 on a ring of 6: 3 hops; on a
         # torus, the largest of each ring's widest gap)
-        ring_order = self.algorithm in ("ring", "hierarchical")
+        # (hierarchical's all_to_all: direct, flat_algorithm)
+        algorithm = flat_algorithm(self.algorithm, comm_type)
+        ring_order = algorithm == "ring"
         alphas = self._hop_alphas(adj, members, self._ring_order_pairs(members) if ring_order else pairs)
         alpha = max(alphas[d] for d in dims)
         bw = min(self.topology.dims[d].effective_bandwidth_gbps * adj[d][0] for d in dims)
-        if self.algorithm == "direct" and all(d.kind == "fully_connected" for d in ds):
+        if algorithm == "direct" and all(d.kind == "fully_connected" for d in ds):
             # a link between every pair: a member's p − 1 parts (a root's copies) leave over p − 1 links at
             # once, not one after another through one port (a broadcast of 8 ranks took 7 S/B, not S/B)
             bw *= p - 1

@@ -1103,3 +1103,30 @@ def test_each_phase_of_a_hierarchical_all_reduce_on_a_torus_pays_its_own_rings_w
     # a group filling the torus: neighbours on both, one hop; 4 nodes of 4, 3 steps each
     got = torus.collective_time_ns(CommType.ALL_REDUCE, S, range(16))
     assert got == round(2 * 3 * (ALPHA + S / (4 * BW)) + 2 * (3 * ALPHA + 3 * S / (16 * BW))) == 45_322
+
+
+def test_a_hierarchical_all_to_all_inside_one_node_costs_no_more_than_the_same_across_two_nodes() -> None:
+    # NCCL runs an all_to_all as grouped point-to-point messages, all at once, whatever its algorithm; across
+    # nodes it is costed so, link by link, one α. Inside one node `hierarchical` fell back to the ring's
+    # (p − 1) steps: on `two_node_ib` (24 GB/s, 2 us PCIe; one 25 GB/s, 4 us IB link a node) DLRM's 192 B
+    # all_to_all of 8 ranks took 14,007 ns with the 8 GPUs on one PCIe switch and 4,015 ns split over two
+    # nodes, and the whole step was faster on the slower network (18.709 ms, not 18.719). Now the direct
+    # formula inside a node: α + (p − 1)/p · S/B
+    def two_node_ib(per_node: int) -> Topology:
+        return Topology(
+            name="two_node_ib",
+            dims=(
+                Dimension(kind="switch", size=per_node, bandwidth_gbps=24.0, latency_ns=2_000),
+                Dimension(kind="fat_tree", size=0, bandwidth_gbps=25.0, latency_ns=4_000, links_per_node=1),
+            ),
+        )
+
+    size = 192
+    one_node = ModelTiming(two_node_ib(8), algorithm="hierarchical")
+    two_nodes = ModelTiming(two_node_ib(4), algorithm="hierarchical")
+    inside = one_node.collective_time_ns(CommType.ALL_TO_ALL, size, range(8))
+    across = two_nodes.collective_time_ns(CommType.ALL_TO_ALL, size, range(8))
+    assert inside == round(2_000 + 7 / 8 * size / 24.0) == 2_007
+    assert across == round(4_000 + 4 * 4 * (size // 8) / 25.0) == 4_015
+    # the other collectives keep hierarchical's ring inside a node (an all_gather of 8 pieces of S)
+    assert one_node.collective_time_ns(CommType.ALL_GATHER, S, range(8)) == round(7 * (2_000 + S / 24.0))
