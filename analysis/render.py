@@ -826,12 +826,15 @@ def outliers_note(result: AnalysisResult, *, most: int = 3) -> str | None:
         else ""
     )
     # a step of far more collectives or bytes than the median step did more work (a prefill among decode
-    # steps, a longer request): before, a serving loop's were put down to warm-up like a first step
+    # steps, a longer request, two iterations where the optimizer.step() between them did not run, which
+    # marks no step): before, a serving loop's were put down to warm-up like a first step, and a GradScaler's
+    # skipped step read only as an evaluation pass, a prefill or a longer request
     work = sum(o.more_work for o in found)
     why = (
         f"{'it' if len(found) == 1 else f'{work:,} of them'} made or moved over {OUTLIER_FACTOR}x the "
-        "collectives or bytes of the median step: more work, such as an evaluation pass, a prefill or a "
-        "longer request; "
+        "collectives or bytes of the median step: more work, such as two iterations in one step (an "
+        "optimizer.step() that did not run: a GradScaler's skip), an evaluation pass, a prefill or a longer "
+        "request; "
         if work
         else ""
     )

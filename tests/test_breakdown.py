@@ -298,8 +298,9 @@ def test_a_prefill_among_decode_steps_is_named_as_more_work_and_a_slow_step_is_n
         "step 1 took 3.0x the median step (on 2 ranks, e.g. rank 0: 6.000 against 2.000 ms); step 4 took "
         "24.0x the median step (on 2 ranks, e.g. rank 0: 48.000 against 2.000 ms; 16.0x the collectives and "
         "256.0x the bytes of the median step): the means include them (1 of them made or moved over 1.5x the "
-        "collectives or bytes of the median step: more work, such as an evaluation pass, a prefill or a "
-        "longer request; a first profiled step often holds warm-up); every step is in step_breakdown.parquet"
+        "collectives or bytes of the median step: more work, such as two iterations in one step (an "
+        "optimizer.step() that did not run: a GradScaler's skip), an evaluation pass, a prefill or a longer "
+        "request; a first profiled step often holds warm-up); every step is in step_breakdown.parquet"
     )
 
 
@@ -311,8 +312,39 @@ def test_a_prefill_in_the_fourth_profiled_step_is_more_work_and_no_warm_up(tmp_p
     assert outliers_note(result) == (
         "step 3 took 24.0x the median step (on 2 ranks, e.g. rank 0: 48.000 against 2.000 ms; 16.0x the "
         "collectives and 256.0x the bytes of the median step): the means include it (it made or moved over "
-        "1.5x the collectives or bytes of the median step: more work, such as an evaluation pass, a prefill "
-        "or a longer request); every step is in step_breakdown.parquet"
+        "1.5x the collectives or bytes of the median step: more work, such as two iterations in one step (an "
+        "optimizer.step() that did not run: a GradScaler's skip), an evaluation pass, a prefill or a longer "
+        "request); every step is in step_breakdown.parquet"
+    )
+
+
+def test_a_step_that_holds_two_iterations_after_a_skipped_optimizer_step_is_named_as_such(
+    tmp_path: Path,
+) -> None:
+    # a GradScaler-style loop on 2 ranks, 6 steps: each iteration 1 ms of compute, the gradient all_reduce
+    # (32 KB, 1 ms) and the inf flag's (4 B, 1 ms); at step 3 optimizer.step() did not run after the first
+    # iteration, which marks no step, so step 3 holds two iterations. Measured on 2 gloo ranks skipping every
+    # 5th step (14 iterations, window 1:1:9): steps 4 and 8 took 1.8x the median step with 2.0x its
+    # collectives and bytes, and the note named only an evaluation pass, a prefill or a longer request
+    b = RunBuilder(2)
+    for r in range(2):
+        t = 0
+        for s in range(6):
+            rb = b.rank(r).step(s)
+            for _ in range(2 if s == 3 else 1):
+                rb.compute("aten::mm", MS, start_ns=t)
+                rb.collective(CommType.ALL_REDUCE, 32 << 10, MS, start_ns=t + MS)
+                rb.collective(CommType.ALL_REDUCE, 4, MS, start_ns=t + 2 * MS)
+                t += 3 * MS
+    result = analyze_run(load_run(b.write(tmp_path / "run")), blame=False)
+    (merged,) = outlier_steps(result.breakdown, step_work=step_comm(result.index))
+    assert (merged.step, merged.more_work, merged.step_calls, merged.median_step_calls) == (3, True, 4, 2)
+    assert outliers_note(result) == (
+        "step 3 took 2.0x the median step (on 2 ranks, e.g. rank 0: 6.000 against 3.000 ms; 2.0x the "
+        "collectives and 2.0x the bytes of the median step): the means include it (it made or moved over "
+        "1.5x the collectives or bytes of the median step: more work, such as two iterations in one step (an "
+        "optimizer.step() that did not run: a GradScaler's skip), an evaluation pass, a prefill or a longer "
+        "request); every step is in step_breakdown.parquet"
     )
 
 
