@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -232,6 +234,7 @@ def test_slowdown_factors_multiply_and_delays_add() -> None:
         ),
         ({"kind": "network", "sigma": 0.5}, "sigma belongs to jitter items; a network item reads none"),
         ({"kind": "jitter", "sigma": 0.1, "links": ((0, 1),)}, "links belongs to network items"),
+        ({"kind": "network", "links": ((0,),)}, r"links must be pairs of ranks, got \(\(0,\),\)"),
     ],
 )
 def test_invalid_slowdown_items_are_config_errors_naming_the_field(kwargs: dict, key: str) -> None:
@@ -894,3 +897,60 @@ def test_a_slow_nccl_kernel_with_two_launching_rows_of_one_thread_is_issued_at_t
             rb.compute("fwd2", dur_ns=MS, start_ns=2_500_000)
         moved = _collective_delay_moves(load_run(b.write(tmp_path / deps)))
         assert (moved["host_h"], moved["nccl:all_reduce"], moved["fwd2"]) == (0, 3 * MS, 3 * MS), deps
+
+
+# -- mutation round 41 ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("device", "host_factor", "gpu_factor"), [("any", 2.0, 2.0), ("host", 2.0, 1.0), ("gpu", 1.0, 2.0)]
+)
+def test_a_compute_items_device_says_whether_host_ops_gpu_ops_or_both_are_scaled(
+    device: str, host_factor: float, gpu_factor: float
+) -> None:
+    m = SlowdownModel([Slowdown(kind="compute", factor=2.0, device=device)])
+    assert m.compute_factor(0, 0, "aten::mm", on_gpu=False) == host_factor
+    assert m.compute_factor(0, 0, "gemm_kernel", on_gpu=True) == gpu_factor
+
+
+def test_a_jitter_factor_never_falls_below_a_twentieth_however_wide_its_sigma() -> None:
+    # sigma 10: a draw below -0.095 would make the factor 0 or negative (an op taking no time or less);
+    # the factor stops at 0.05, and the draws above it are left as drawn
+    factors = [jitter_factor(0, 10.0, 0, step) for step in range(8)]
+    assert [f for f in factors if f <= 1.0] == [0.05] * 5
+    assert all(f > 1.0 for f in (factors[0], factors[4], factors[6]))
+
+
+@pytest.mark.parametrize(
+    ("item", "effect"),
+    [
+        (Slowdown(kind="compute", factor=2.0), lambda m, r, s: m.compute_factor(r, s, "aten::mm")),
+        (
+            Slowdown(kind="comm_delay", delay_ns=5),
+            lambda m, r, s: m.delay_before_ns(r, s, NodeType.COMM_COLL, "all_reduce"),
+        ),
+        (Slowdown(kind="stall", delay_ns=5, every_step=True), lambda m, r, s: m.stall_ns(r, s)),
+        (Slowdown(kind="host_idle", factor=0.5), lambda m, r, s: m.host_idle_factor(r, s)),
+    ],
+    ids=["compute", "comm_delay", "stall", "host_idle"],
+)
+def test_each_kinds_ranks_and_steps_limit_it_to_those_ranks_at_those_steps(
+    item: Slowdown, effect: Callable[[SlowdownModel, int, int], float]
+) -> None:
+    # the item on rank 1 at steps 2..3: rank 0, and rank 1 at steps 1 and 4, as recorded
+    m = SlowdownModel([dataclasses.replace(item, ranks=(1,), first_step=2, last_step=3)])
+    none, slowed = effect(SlowdownModel([]), 0, 0), effect(SlowdownModel([item]), 0, 0)
+    assert none != slowed
+    assert [[effect(m, r, s) for s in (1, 2, 3, 4)] for r in (0, 1)] == [
+        [none] * 4,
+        [none, slowed, slowed, none],
+    ]
+
+
+def test_a_network_item_that_keeps_the_bandwidth_says_only_what_it_changes() -> None:
+    # factor 1 is no bandwidth change: not "bandwidth x1, ..."
+    assert (
+        Slowdown(kind="network", latency_ns=20_000, nodes=(1,)).describe() == "+20,000 ns latency on node 1"
+    )
+    assert Slowdown(kind="network", ranks=(0, 3)).describe() == "network unchanged on ranks 0, 3"
+    assert Slowdown(kind="network", factor=0.5, links=((0, 1),)).describe() == "bandwidth x0.5 on links 0-1"
