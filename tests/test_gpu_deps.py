@@ -785,3 +785,167 @@ def test_only_an_async_hip_copy_to_the_host_is_noted_as_one_whose_host_memory_is
     assert [
         n.split(" ", 1)[0] for n in found.notes if "whose host memory the ROCm trace does not name" in n
     ] == (["1"] if noted else [])
+
+
+# -- mutation round 41: bounds and duplicates the rules above left open -------------------------------------
+
+
+def test_what_is_waited_for_may_end_exactly_the_clock_slack_after_the_wait_and_not_a_nanosecond_more() -> (
+    None
+):
+    # op 2's cudaStreamSynchronize returns at 5 µs; 10 (stream 7) ends 2 µs later, the clock slack itself:
+    # written; 1 ns later the times contradict the wait
+    calls = dict([_call(12, "cudaStreamSynchronize", 1_000, 5_000, host=2)])
+    sync = SyncActivity(kind=STREAM_SYNC, corr=12, device=0, stream=7)
+    found = gpu_dependencies([_node(10, 7, 100, 200, 7_000)], calls, [sync], default_device=0)
+    assert found.deps[2] == [10]
+    found = gpu_dependencies([_node(10, 7, 100, 200, 7_001)], calls, [sync], default_device=0)
+    assert not any(found.deps.values())
+    assert found.notes == ["1 host waits contradicted by the recorded times (ignored)"]
+    # a stream wait: 12 (stream 20) starts at 4 µs; 10 ends at 6 µs, written; at 6.001 µs, not
+    found = _stream_20_waits_for_7([_node(10, 7, 100, 200, 6_000), _node(12, 20, 2_500, 4_000, 6_500)])
+    assert dict(found.deps) == {12: [10]}
+    found = _stream_20_waits_for_7([_node(10, 7, 100, 200, 6_001), _node(12, 20, 2_500, 4_000, 6_500)])
+    assert not any(found.deps.values())
+    assert found.notes == ["1 stream waits contradicted by the recorded times (ignored)"]
+
+    # the stream current at an NCCL call: 12 starts at 41 µs; 10 (stream 7) ends at 43 µs: written; later, not
+    def nccl_run(end_ns: int) -> GpuDeps:
+        nodes = [
+            _launched(10, 7, (10_000, 11_000, end_ns), 1, "void gemm_kernel"),
+            _launched(12, 20, (40_000, 41_000, 60_000), 1, _NCCL_KERNEL),
+        ]
+        return gpu_dependencies(nodes, {}, [], default_device=0)
+
+    assert dict(nccl_run(43_000).deps) == {12: [10]}
+    found = nccl_run(43_001)
+    assert not any(found.deps.values())
+    assert found.notes == ["1 stream waits contradicted by the recorded times (ignored)"]
+
+
+def test_a_stream_that_waits_for_an_event_recorded_on_itself_gets_no_edge_stream_order_holds_it() -> None:
+    # the record and the wait both on stream 7: 11 follows 10 on the stream anyway, no event-wait edge
+    calls = dict([_call(1, "cudaEventRecord", 2_000, 2_010), _call(2, "cudaStreamWaitEvent", 2_100, 2_110)])
+    wait = SyncActivity(kind=STREAM_WAIT, corr=2, device=0, stream=7, wait_on_stream=7, record_corr=1)
+    nodes = [_node(10, 7, 100, 200, 5_000), _node(11, 7, 3_000, 5_000, 6_000)]
+    found = gpu_dependencies(nodes, calls, [wait], default_device=0)
+    assert not any(found.deps.values())
+    assert found.notes == []
+
+
+def test_two_stream_waits_between_the_same_nodes_give_one_edge_counted_once() -> None:
+    # stream 20 waits twice for events recorded on stream 7, with nothing launched on either in between:
+    # both waits hold 12 behind 10, one edge
+    calls = dict(
+        [
+            _call(1, "cudaEventRecord", 2_000, 2_010),
+            _call(2, "cudaStreamWaitEvent", 2_100, 2_110),
+            _call(3, "cudaEventRecord", 2_200, 2_210),
+            _call(4, "cudaStreamWaitEvent", 2_300, 2_310),
+        ]
+    )
+    waits = [
+        SyncActivity(kind=STREAM_WAIT, corr=2, device=0, stream=20, wait_on_stream=7, record_corr=1),
+        SyncActivity(kind=STREAM_WAIT, corr=4, device=0, stream=20, wait_on_stream=7, record_corr=3),
+    ]
+    nodes = [_node(10, 7, 100, 200, 5_000), _node(12, 20, 2_500, 5_100, 5_500)]
+    found = gpu_dependencies(nodes, calls, waits, default_device=0)
+    assert dict(found.deps) == {12: [10]}
+    assert found.notes == ["1 GPU event waits across streams"]
+
+
+def test_the_note_on_stream_waits_naming_no_record_counts_the_gpu_edges_inferred_not_the_host_waits() -> None:
+    # as above, torch 2.11's unnamed wait: 12 (stream 20) inferred to wait for 10 (stream 7); then op 1
+    # blocks in a cudaEventSynchronize (90-96 µs) whose sync event names no record either: it waited for 13
+    # (stream 7, ended at 95 µs), an inferred host wait, which the stream waits' note does not count
+    nodes = [_node(10, 7, 12_000, 20_000, 60_000), _node(11, 20, 2_000, 5_000, 9_000)]
+    nodes += [_node(12, 20, 44_000, 75_000, 85_000), _node(13, 7, 86_000, 87_000, 95_000)]
+    calls = dict(
+        [
+            _call(1, "cudaStreamWaitEvent", 35_000, 36_000),
+            _call(5, "cudaEventSynchronize", 90_000, 96_000, host=1),
+        ]
+    )
+    syncs = [
+        SyncActivity(kind=STREAM_WAIT, corr=1, device=0, stream=20),
+        SyncActivity(kind=EVENT_SYNC, corr=5, device=0, stream=7),
+    ]
+    found = gpu_dependencies(nodes, calls, syncs, default_device=0)
+    assert dict(found.inferred) == {1: [13], 12: [10]}
+    assert found.notes == [
+        (
+            "1 CUDA stream wait(s) whose sync event names no event record (the trace gives only the event's "
+            "id): 1 GPU wait edge(s) inferred from timing (0.031 ms of recorded kernel waiting rests on them)"
+        ),
+        "1 inferred host waits on the GPU",
+    ]
+
+
+def test_a_host_run_collective_drops_its_waits_on_its_own_copies_not_on_work_another_op_launched() -> None:
+    # gloo's collective 5 first synchronises stream 7 (1-1.5 µs), whose last node, 10, op 1 launched; then
+    # launches its staging copy 11 there and synchronises on it: the wait on 10 is the collective's, the
+    # one on its own copy is part of it (not written)
+    nodes = [_node(10, 7, 100, 200, 1_200, host=1), _node(11, 7, 2_000, 2_100, 2_300, host=5)]
+    calls = dict(
+        [
+            _call(12, "cudaStreamSynchronize", 1_000, 1_500, host=5),
+            _call(11, "cudaMemcpyAsync", 2_000, 2_050, host=5),
+            _call(13, "cudaStreamSynchronize", 2_060, 2_400, host=5),
+        ]
+    )
+    syncs = [SyncActivity(kind=STREAM_SYNC, corr=c, device=0, stream=7) for c in (12, 13)]
+    found = gpu_dependencies(nodes, calls, syncs, default_device=0, collectives={5})
+    assert found.deps[5] == [10]
+    assert found.launch == {10: 1, 11: 5}
+    assert found.notes == [
+        "2 host waits on the GPU",
+        "1 synchronisations of host-run collectives on the copies they launched (not written)",
+    ]
+
+
+def test_an_event_synchronise_on_an_event_recorded_on_stream_0_waits_for_that_streams_last_node() -> None:
+    # stream 0 is a stream (ROCm's default stream; -1 is "unknown"): op 1's cudaEventSynchronize (2.6-3.1 µs)
+    # waits for 10, the last node launched on stream 0 before the record (2 µs), not for 11, launched after
+    nodes = [_node(10, 0, 100, 200, 3_000), _node(11, 0, 2_500, 3_000, 4_000)]
+    calls = dict(
+        [_call(1, "cudaEventRecord", 2_000, 2_010), _call(5, "cudaEventSynchronize", 2_600, 3_100, host=1)]
+    )
+    sync = SyncActivity(kind=EVENT_SYNC, corr=5, device=0, wait_on_stream=0, record_corr=1)
+    found = gpu_dependencies(nodes, calls, [sync], default_device=0)
+    assert dict(found.deps) == {1: [10]}
+    assert not found.inferred
+    assert found.notes == ["1 host waits on the GPU"]
+
+
+def test_a_synchronise_no_sync_event_explains_waits_for_a_node_that_ended_the_instant_it_began() -> None:
+    # op 2's cudaStreamSynchronize (1-1.4 µs) with no sync event: 10 ended at 1 µs, the instant the call
+    # began, and nothing ended later while it was blocked: the call waited for 10 (inferred)
+    calls = dict([_call(12, "cudaStreamSynchronize", 1_000, 1_400, host=2)])
+    found = gpu_dependencies([_node(10, 7, 100, 200, 1_000)], calls, [], default_device=0)
+    assert dict(found.inferred) == {2: [10]}
+    # ended 1 ns before the call: not what it waited for
+    found = gpu_dependencies([_node(10, 7, 100, 200, 999)], calls, [], default_device=0)
+    assert not any(found.deps.values())
+
+
+def test_without_sync_events_the_inferred_waits_do_not_depend_on_the_order_the_nodes_are_given_in() -> None:
+    # the delayed 12 (stream 20) after a cudaStreamWaitEvent, as above, its nodes given latest first
+    nodes = [_node(12, 20, 44_000, 75_000, 85_000), _node(11, 20, 2_000, 5_000, 9_000)]
+    nodes.append(_node(10, 7, 12_000, 20_000, 60_000))
+    calls = dict([_call(1, "cudaStreamWaitEvent", 35_000, 36_000)])
+    found = gpu_dependencies(nodes, calls, [], default_device=0)
+    assert dict(found.inferred) == {12: [10]}
+
+
+def test_device_synchronises_list_their_waits_by_stream_and_the_bare_calls_by_start_whatever_the_order() -> (
+    None
+):
+    # two cudaDeviceSynchronize calls inside no host op, given latest first; stream 20's node given before
+    # stream 7's: the calls become nodes in the order they ran, each waiting for stream 7's node, then 20's
+    nodes = [_node(12, 20, 150, 300, 800), _node(10, 7, 100, 200, 900)]
+    calls = dict(
+        [_call(21, "cudaDeviceSynchronize", 3_000, 3_100), _call(20, "cudaDeviceSynchronize", 1_000, 1_200)]
+    )
+    found = gpu_dependencies(nodes, calls, [], default_device=0)
+    assert found.bare_calls == [1020, 1021]
+    assert dict(found.deps) == {1020: [10, 12], 1021: [10, 12]}
