@@ -292,3 +292,29 @@ def test_an_empty_broadcast_still_meets_its_peers_with_one_element(monkeypatch: 
     # gloo's empty broadcast waits for its root (vocab.EMPTY_WAITS_FOR_NONE leaves it out)
     fn, args = _issued(monkeypatch, _coll("c10d::broadcast_", CommType.BROADCAST, 0, root=0), blocking=True)
     assert fn == "broadcast" and args["arg0"] == (1,)
+
+
+def test_an_all_gather_gathers_each_members_recorded_input_into_an_output_of_the_whole_group(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # comm_size of an all_gather is one member's input (2000 B: 500 floats); 2 members: 1000 floats out
+    ag = _coll("c10d::_allgather_base_", CommType.ALL_GATHER, 2000)
+    fn, args = _issued(monkeypatch, ag, blocking=True)
+    assert (fn, args["arg0"], args["arg1"]) == ("all_gather_into_tensor", (1000,), (500,))
+
+
+def test_a_reduce_and_a_gather_rooted_at_rank_1_are_issued_to_rank_1_which_alone_gathers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls = {}
+    for rank in (0, 1):
+        fake = FakeDist()
+        monkeypatch.setattr(real_ops, "dist", fake)
+        issuer = CommIssuer(rank, torch.device("cpu"), {}, "0")
+        issuer.issue(_coll("c10d::reduce_", CommType.REDUCE, 400, root=1), blocking=True)
+        issuer.issue(_coll("c10d::gather_", CommType.GATHER, 400, root=1), blocking=True)
+        calls[rank] = [(fn, args["dst"], args.get("arg1")) for fn, args in fake.calls]
+    assert calls == {
+        0: [("reduce", 1, None), ("gather", 1, None)],
+        1: [("reduce", 1, None), ("gather", 1, [(100,), (100,)])],
+    }

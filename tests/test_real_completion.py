@@ -76,3 +76,12 @@ def test_an_op_whose_issue_returned_a_future_not_a_work_is_recorded_when_the_fut
         assert not c.event.is_set()
         fut.set_result(None)
         assert c.event.wait(5) and c.error == "" and c.end_ns >= c.issued_ns
+
+
+def test_an_op_left_to_the_issuing_thread_is_done_once_its_work_completed_though_nobody_waited_yet() -> None:
+    # (the worker's progress report and a timeout's error count it as finished, not in flight)
+    work, c = FakeWork(), Completion(desc="op", issued_ns=time.perf_counter_ns())
+    track(work, c, ("send", "left to the thread"), waited=True)
+    assert not c.done()
+    work._done.set()
+    assert c.done() and not c.event.is_set() and work.waits == []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -94,3 +95,27 @@ def test_share_mode_busy_loops_for_part_of_the_time_and_sleeps_for_the_rest(
     ops.shared_spin(time.perf_counter_ns() + 5 * ops.SHARE_SLICE_NS, 0.25)
     assert len(spun) >= 2  # a busy part in more than one slice
     assert slept and all(0 < s <= 0.75 * ops.SHARE_SLICE_NS / 1e9 for s in slept)
+
+
+def test_share_mode_spins_for_its_share_of_a_last_slice_shorter_than_a_whole_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a clock that moves only when the work waits: 0.4 ms of work at a quarter of a core spins 0.1 ms, then
+    # waits to the deadline (a whole slice's quarter, 0.25 ms, spun most of it)
+    now = [1_000_000_000]
+    spun: list[int] = []
+    waited: list[int] = []
+
+    def spin(deadline_ns: int) -> None:
+        spun.append(deadline_ns - now[0])
+        now[0] = max(now[0], deadline_ns)
+
+    def wait(deadline_ns: int) -> None:
+        waited.append(deadline_ns - now[0])
+        now[0] = max(now[0], deadline_ns)
+
+    monkeypatch.setattr(ops, "time", SimpleNamespace(perf_counter_ns=lambda: now[0]))
+    monkeypatch.setattr(ops, "spin_until", spin)
+    monkeypatch.setattr(ops, "wait_until", wait)
+    ops.shared_spin(now[0] + 400_000, 0.25)
+    assert (spun, waited) == ([100_000], [300_000])

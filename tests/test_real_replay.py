@@ -306,14 +306,32 @@ def test_comparison_table_shows_each_rank_with_all_three_step_times(tmp_path: Pa
     assert "11.00" in text and "10.50" in text
 
 
+def _gloo_result(out: Path, *ranks: RankStepTimes) -> RealReplayResult:
+    """A gloo real replay's result into ``out`` with these ranks' step times."""
+    return RealReplayResult(run_dir=out / "run", out_dir=out, backend="gloo", ranks=ranks)
+
+
+def test_both_deviations_in_the_table_are_against_the_recorded_step_and_a_rank_without_steps_has_none(
+    tmp_path: Path,
+) -> None:
+    result = _gloo_result(
+        tmp_path,
+        RankStepTimes(rank=0, steps=(0,), original_ns=(20 * MS,), replay_ns=(22 * MS,)),
+        RankStepTimes(rank=1, steps=(), original_ns=(), replay_ns=()),
+    )
+    console = Console(file=io.StringIO(), width=150)
+    console.print(render_comparison(result, {0: 21 * MS, 1: 21 * MS}))
+    text = console.file.getvalue()  # type: ignore[attr-defined]
+    cells = [[c.strip() for c in line.split("│")[1:-1]] for line in text.splitlines() if line.count("│") == 8]
+    got = [(c[0], c[4], c[6]) for c in cells if c[0].isdecimal()]
+    assert got == [("0", "+10.0%", "+5.0%"), ("1", "-", "-")]  # real 22 ms, simulated 21, recorded 20
+
+
 def test_the_real_replays_table_says_recorded_as_the_simulated_ones_and_which_outputs_are_whose(
     tmp_path: Path,
 ) -> None:
-    result = RealReplayResult(
-        run_dir=tmp_path / "run",
-        out_dir=tmp_path,
-        backend="gloo",
-        ranks=(RankStepTimes(rank=0, steps=(0,), original_ns=(10 * MS,), replay_ns=(11 * MS,)),),
+    result = _gloo_result(
+        tmp_path, RankStepTimes(rank=0, steps=(0,), original_ns=(10 * MS,), replay_ns=(11 * MS,))
     )
     table = render_comparison(result, {0: 10 * MS})
     assert table.title == "Step time per rank: recorded vs real replay (gloo) vs simulated"
@@ -1425,6 +1443,11 @@ def test_step_times_pair_steps_in_order_and_average_over_every_step() -> None:
     t = rank_step_times(0, {5: (0, 10), 6: (10, 30)}, {1: (100, 160), 0: (0, 30)})
     assert (t.steps, t.original_ns, t.replay_ns) == ((5, 6), (10, 20), (30, 60))
     assert (t.original_mean_ns, t.replay_mean_ns) == (15, 45)  # (10 + 20) / 2, (30 + 60) / 2
+
+
+def test_a_mean_step_time_is_rounded_to_the_nearest_ns_not_down() -> None:
+    t = RankStepTimes(rank=0, steps=(0, 1, 2), original_ns=(1, 2, 2), replay_ns=(10, 10, 11))
+    assert (t.original_mean_ns, t.replay_mean_ns) == (2, 10)  # 1.67 and 10.33 ns
 
 
 def test_the_warm_up_runs_one_op_per_group_type_and_size_and_each_ranks_own_side_of_a_send(

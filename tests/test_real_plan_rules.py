@@ -1,0 +1,48 @@
+"""The real replay's plan, rule by rule (in-process, no torch ranks): each test holds one rule of
+``skewlens.replay.real.plan`` that no other test held (mutation round 42)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from skewlens.profiler.store import load_run
+from skewlens.profiler.synth import RunBuilder
+from skewlens.profiler.vocab import CommType
+from skewlens.replay.effects import NO_EFFECTS
+from skewlens.replay.real.plan import KIND_COLL, rank_plan
+
+MS = 1_000_000
+
+
+def test_communication_that_ends_the_rank_is_re_issued_as_a_blocking_call(tmp_path: Path) -> None:
+    # no op follows the all_reduce: the rank ends when it completes, so it is issued blocking, as the one
+    # after it (which the next op does not wait for) is not
+    b = RunBuilder(2)
+    for r in (0, 1):
+        rb = b.rank(r).step(0)
+        rb.compute("aten::mm", 2 * MS, start_ns=0)
+        first = rb.collective(CommType.ALL_REDUCE, 1024, 5 * MS, start_ns=2 * MS, stream=1000)
+        rb.compute("aten::add", MS, start_ns=3 * MS)
+        rb.collective(CommType.ALL_REDUCE, 1024, MS, start_ns=8 * MS, deps=(first,))
+    run = load_run(b.write(tmp_path / "run"))
+    ops = rank_plan(run.ranks[0], run, NO_EFFECTS)
+    assert [(o.name, o.blocking) for o in ops if o.kind == KIND_COLL] == [
+        ("c10d::all_reduce_", False),
+        ("c10d::all_reduce_", True),
+    ]
+    assert ops[-1].kind == KIND_COLL
+
+
+def test_a_kernel_launched_after_two_host_ops_is_planned_at_the_later_launch_call(tmp_path: Path) -> None:
+    # the kernel depends on aten::mm (0-10 ms, its launch call at 15 ms clipped to mm's end: 10 ms) and on
+    # aten::copy_ (12-20 ms on another thread, the call at 15 ms inside it): keyed by the later of the two
+    # (15 ms), it comes after aten::add, which started at 13 ms, not right after aten::copy_ (at 10 ms)
+    b = RunBuilder(1)
+    rb = b.rank(0).step(0)
+    mm = rb.compute("aten::mm", 10 * MS, start_ns=0)
+    cp = rb.compute("aten::copy_", 8 * MS, start_ns=12 * MS, stream=1)
+    rb.compute("aten::add", MS, start_ns=13 * MS, stream=2)
+    rb.compute("gemm_kernel", 2 * MS, start_ns=21 * MS, stream=7, deps=(mm, cp), launch_ns=15 * MS)
+    run = load_run(b.write(tmp_path / "run"))
+    ops = rank_plan(run.ranks[0], run, NO_EFFECTS)
+    assert [o.name for o in ops] == ["aten::mm", "aten::copy_", "aten::add", "gemm_kernel"]
