@@ -341,6 +341,15 @@ DTYPE_BYTES: dict[str, int] = {
 }  # fmt: skip
 
 
+#: torch's dtype name of each name Kineto (and the flight recorder) gives a tensor's element type (``Float``,
+#: ``BFloat16``): what a trace imported from Kineto records as ``skl_dtype``.
+TORCH_DTYPE_NAMES: dict[str, str] = {
+    "Float": "float32", "Double": "float64", "Half": "float16", "BFloat16": "bfloat16", "Long": "int64",
+    "Int": "int32", "Short": "int16", "Char": "int8", "Byte": "uint8", "Bool": "bool",
+    "ComplexFloat": "complex64", "ComplexDouble": "complex128",
+}  # fmt: skip
+
+
 def dtype_bytes(dtype: str) -> int:
     """Element size of a dtype named any of the ways :data:`DTYPE_BYTES` knows (case-insensitive), 0 if
     unknown."""

@@ -33,6 +33,30 @@ def test_communication_that_ends_the_rank_is_re_issued_as_a_blocking_call(tmp_pa
     assert ops[-1].kind == KIND_COLL
 
 
+def test_each_recorded_dtype_is_issued_as_the_torch_dtype_it_names_and_one_the_worker_lacks_as_bytes(
+    tmp_path: Path,
+) -> None:
+    # Kineto names element types Float, Long, Byte (the shared nccl_2gpu trace records all three, which an
+    # imported run keeps): the plan took them for names the worker lacks and issued every such collective
+    # as uint8; a capture writes float32, a hand-made trace may write torch.bfloat16
+    recorded = ["torch.bfloat16", "float8_e4m3fn", "Float", "Long", "Byte", ""]
+    b = RunBuilder(2)
+    for r in (0, 1):
+        rb = b.rank(r).step(0)
+        for k, dtype in enumerate(recorded):
+            rb.collective(CommType.ALL_REDUCE, 4096 * (k + 1), MS, start_ns=2 * k * MS, dtype=dtype)
+    run = load_run(b.write(tmp_path / "run"))
+    ops = rank_plan(run.ranks[1], run, NO_EFFECTS)
+    assert [(o.dtype, o.comm_bytes) for o in ops] == [
+        ("bfloat16", 4096),
+        ("uint8", 8192),  # float8: no dtype of the worker's, its bytes are what the replay moves
+        ("float32", 12288),
+        ("int64", 16384),
+        ("uint8", 20480),
+        ("float32", 24576),  # none recorded
+    ]
+
+
 def test_a_kernel_launched_after_two_host_ops_is_planned_at_the_later_launch_call(tmp_path: Path) -> None:
     # the kernel depends on aten::mm (0-10 ms, its launch call at 15 ms clipped to mm's end: 10 ms) and on
     # aten::copy_ (12-20 ms on another thread, the call at 15 ms inside it): keyed by the later of the two

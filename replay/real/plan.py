@@ -57,7 +57,7 @@ from skewlens.profiler.chakra_io import attr_value, iter_nodes
 from skewlens.profiler.errors import ValidationError
 from skewlens.profiler.manifest import HASHED_GROUP_NAME, ProcessGroupInfo, default_group_name
 from skewlens.profiler.store.model import RankTrace, RunTrace
-from skewlens.profiler.vocab import Attr, CommType, NodeType
+from skewlens.profiler.vocab import TORCH_DTYPE_NAMES, Attr, CommType, NodeType
 from skewlens.replay.effects import Effects
 from skewlens.replay.errors import ReplayError
 from skewlens.replay.execution import (
@@ -629,9 +629,11 @@ def warmup_ops(run: RunTrace, rank: int, ops: list[ReplayOp]) -> list[ReplayOp]:
 
 
 def normalise_dtype(dtype: str) -> str:
-    """A dtype name the worker can allocate: ``torch.`` prefix dropped; none recorded -> ``float32``;
-    one we do not know -> ``uint8`` (the recorded byte size is what matters for the transfer)."""
+    """A dtype name the worker can allocate: ``torch.`` prefix dropped, Kineto's names (``Float``, an
+    imported trace's) as torch's (:data:`~skewlens.profiler.vocab.TORCH_DTYPE_NAMES`); none recorded ->
+    ``float32``; one we do not know -> ``uint8`` (the recorded byte size is what matters for the transfer)."""
     name = dtype.removeprefix("torch.").strip()
+    name = TORCH_DTYPE_NAMES.get(name, name)
     if not name:
         return "float32"
     return name if name in _ELEMENT_BYTES else "uint8"
