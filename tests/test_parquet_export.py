@@ -1724,14 +1724,31 @@ def test_the_documented_drift_queries_give_a_slower_ranks_growth_per_step_and_th
     assert duckdb.sql(began).fetchall() == [(1, since + MS // grow + 1, 0.0)]
 
 
+def _four_ranks_one_all_reduce(tmp_path: Path) -> Path:
+    b = RunBuilder(world_size=4)
+    _ = [b.rank(r).collective(CommType.ALL_REDUCE, 1 << 20, dur_ns=1_000_000) for r in range(4)]
+    return b.write(tmp_path / "run")
+
+
 def test_a_collectives_group_size_counts_the_members_without_a_trace_in_an_export_that_allows_errors(
     tmp_path: Path,
 ) -> None:
     # one host's traces lost: ranks 2 and 3 of the world group of 4; the rows were counted as the group's size
-    b = RunBuilder(world_size=4)
-    _ = [b.rank(r).collective(CommType.ALL_REDUCE, 1 << 20, dur_ns=1_000_000) for r in range(4)]
-    run = b.write(tmp_path / "run")
+    run = _four_ranks_one_all_reduce(tmp_path)
     _ = [(run / f"rank-{r}.et").unlink() for r in (2, 3)]
     export_run(run, tmp_path / "pq", strict=False, workers=1)
     rows = read_table(tmp_path / "pq" / "collectives.parquet").to_pylist()
     assert [(c["rank"], c["group_size"]) for c in rows] == [(0, 4), (1, 4)]
+
+
+def test_an_export_that_allows_errors_lists_the_ranks_it_has_no_trace_of_among_its_manifests_missing_ranks(
+    tmp_path: Path,
+) -> None:
+    # rank 2's trace deleted after the capture: the copied manifest said ranks [0, 1, 2, 3], missing_ranks []
+    run = _four_ranks_one_all_reduce(tmp_path)
+    (run / "rank-2.et").unlink()
+    (run / "rank-3.et").write_bytes(b"\x00garbage")  # unreadable: no trace either
+    export_run(run, tmp_path / "pq", strict=False, workers=1)
+    got = read_manifest(tmp_path / "pq")
+    assert (got.ranks, got.missing_ranks) == ((0, 1), (2, 3))
+    assert sorted(read_table(tmp_path / "pq" / "ranks.parquet").column("rank").to_pylist()) == [0, 1]

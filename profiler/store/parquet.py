@@ -27,6 +27,7 @@ beside ``OUT_DIR`` and renamed into place at the end.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import shutil
@@ -485,7 +486,7 @@ def _export_into(
     rows["groups"] = _write_groups(tmp, groups, pg_names, meta)
     if model is not None and not (strict and any(i.severity is Severity.ERROR for i in sink.issues)):
         _write_model(tmp, model, rows, sink, meta)
-    _write_provenance(tmp, files, rows, sink)
+    _write_provenance(tmp, files, rows, sink, frozenset(files.manifest.ranks) - frozenset(num_nodes))
     return ExportSummary(out_dir=tmp, rows=rows, issues=tuple(sink.issues))
 
 
@@ -628,7 +629,12 @@ def _write_groups(
     return len(pg_names)
 
 
-def _write_provenance(tmp: Path, files: RunFiles, rows: dict[str, int], sink: IssueLog) -> None:
+def _write_provenance(
+    tmp: Path, files: RunFiles, rows: dict[str, int], sink: IssueLog, left_out: frozenset[int]
+) -> None:
+    """``run.json`` and the run's manifest; ``left_out``: the ranks the manifest lists whose trace the export
+    has not (missing or unreadable, exported with errors allowed), which its copy lists among
+    ``missing_ranks`` as the lenient loader's run does."""
     from skewlens import __version__
 
     run = {
@@ -646,7 +652,14 @@ def _write_provenance(tmp: Path, files: RunFiles, rows: dict[str, int], sink: Is
         "comm_types": {t.name: int(t) for t in CommType},
     }
     (tmp / PARQUET_EXPORT_FILE).write_text(json.dumps(run, indent=2) + "\n")
-    (tmp / MANIFEST_NAME).write_text(json.dumps(files.manifest.to_json(), indent=2) + "\n")
+    manifest = files.manifest
+    if left_out:
+        manifest = dataclasses.replace(
+            manifest,
+            ranks=tuple(r for r in manifest.ranks if r not in left_out),
+            missing_ranks=tuple(sorted({*manifest.missing_ranks, *left_out})),
+        )
+    (tmp / MANIFEST_NAME).write_text(json.dumps(manifest.to_json(), indent=2) + "\n")
 
 
 def schema_markdown() -> str:
