@@ -941,6 +941,25 @@ def test_a_rank_file_of_another_run_is_refused_naming_it_and_left_out_leniently(
     assert not (tmp_path / "pq").exists()
 
 
+def test_the_remedy_for_a_rank_file_of_another_run_says_it_leaves_the_rank_out_as_another_runs(
+    tmp_path: Path,
+) -> None:
+    # check said "rank(s) 2 left out (trace missing or unreadable)" and the refusal "leave out the unreadable
+    # rank(s) 2" of a file that reads whole: it is left out for being another run's
+    d = _straggler_run(tmp_path / "run")
+    other = _straggler_run(tmp_path / "other", start_ns=10_000 * MS)
+    (d / "rank-2.et").write_bytes((other / "rank-2.et").read_bytes())
+    with pytest.raises(ValidationError) as refused:
+        load_validated(d, lenient_option="--lenient")
+    assert str(refused.value).endswith(
+        "--lenient would leave out rank(s) 2 (another run's trace) and use the rest"
+    )
+    out = io.StringIO()
+    assert check_main([str(d), "--no-progress"], console=Console(file=out, width=400)) == 1
+    hint = out.getvalue().split("use the rest, skipping:")[1].strip().splitlines()
+    assert hint == ["rank(s) 2 left out (another run's trace)"]
+
+
 def test_a_collective_whose_group_has_a_member_without_a_trace_is_blamed_on_no_traced_rank(
     tmp_path: Path,
 ) -> None:

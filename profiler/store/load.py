@@ -1134,6 +1134,11 @@ def iter_ranks(
     release_free_memory()  # what the decoding threads freed, before the analyses allocate their own
 
 
+#: What the refusal of a rank file of another run says of it (:func:`_refuse_another_runs`), by which the
+#: lenient remedy tells such a rank from an unreadable one.
+ANOTHER_RUNS = "trace is not this run's"
+
+
 def _refuse_another_runs(rt: RankTrace, spans: Mapping[int, tuple[int, int]]) -> None:
     """Refuse (:class:`TraceFormatError`) a rank trace that is not the one its run's manifest was written
     from: none of its nodes of the steps the manifest records for the rank ran inside those steps' spans (a
@@ -1160,7 +1165,7 @@ def _refuse_another_runs(rt: RankTrace, spans: Mapping[int, tuple[int, int]]) ->
     else:
         away = "each ran outside its own step"
     raise TraceFormatError(
-        f"{rt.path}: rank {rt.rank}'s trace is not this run's: none of its {tagged.size} node(s) of steps "
+        f"{rt.path}: rank {rt.rank}'s {ANOTHER_RUNS}: none of its {tagged.size} node(s) of steps "
         f"{int(steps.min())}-{int(steps.max())} ran in those steps as the manifest records them for rank "
         f"{rt.rank}; {away}: a trace of another run or capture copied in?"
     )

@@ -35,7 +35,7 @@ from skewlens.profiler.store.issues import (
     rank_ranges,
     summarise_skipped,
 )
-from skewlens.profiler.store.load import SPLITS_KIND, SYNTH_NOTE, Decoder, load_run
+from skewlens.profiler.store.load import ANOTHER_RUNS, SPLITS_KIND, SYNTH_NOTE, Decoder, load_run
 from skewlens.profiler.store.match import MISMATCH_KINDS
 from skewlens.profiler.store.model import RankTrace, RunTrace
 from skewlens.progress import NO_PROGRESS, Advance, Progress
@@ -180,7 +180,9 @@ class LenientRemedy:
     mismatches: int
     """Communication mismatches it skips."""
     unreadable: tuple[int, ...]
-    """Ranks it leaves out (their trace missing or unreadable)."""
+    """Ranks it leaves out for their trace missing or unreadable."""
+    another_runs: tuple[int, ...]
+    """Ranks it leaves out for their trace being another run's (a file of another capture copied in)."""
     split_ranks: tuple[int, ...]
     """Ranks of the all_to_all nodes whose inconsistent splits it drops (the nodes stay)."""
     covered: bool
@@ -191,6 +193,8 @@ class LenientRemedy:
         out = [f"skip the {self.mismatches} communication mismatch(es)"] if self.mismatches else []
         if self.unreadable:
             out.append(f"leave out the unreadable rank(s) {rank_ranges(self.unreadable)}")
+        if self.another_runs:
+            out.append(f"leave out rank(s) {rank_ranges(self.another_runs)} (another run's trace)")
         if self.split_ranks:
             out.append(f"drop the inconsistent all_to_all splits on rank(s) {rank_ranges(self.split_ranks)}")
         return out
@@ -198,14 +202,16 @@ class LenientRemedy:
 
 def lenient_remedy(errors: Sequence[Issue]) -> LenientRemedy:
     """What a lenient load does about ``errors``: the communication mismatches it skips, the ranks it leaves
-    out (their trace missing or unreadable), the ranks whose all_to_all nodes lose their inconsistent splits,
-    and whether that is every error (then it uses the rest)."""
+    out (their trace missing or unreadable, or another run's), the ranks whose all_to_all nodes lose their
+    inconsistent splits, and whether that is every error (then it uses the rest)."""
     mismatch = [e for e in errors if e.kind in MISMATCH_KINDS]
     unreadable_errors = [e for e in errors if _unreadable_rank(e)]
     split_errors = [e for e in errors if e.kind == SPLITS_KIND]
+    foreign = {e.rank for e in unreadable_errors if ANOTHER_RUNS in e.message and e.rank is not None}
     return LenientRemedy(
         mismatches=len(mismatch),
-        unreadable=tuple(sorted({e.rank for e in unreadable_errors if e.rank is not None})),
+        unreadable=tuple(sorted({e.rank for e in unreadable_errors if e.rank is not None} - foreign)),
+        another_runs=tuple(sorted(foreign)),
         split_ranks=tuple(sorted({e.rank for e in split_errors if e.rank is not None})),
         covered=len(mismatch) + len(unreadable_errors) + len(split_errors) == len(errors),
     )

@@ -71,10 +71,11 @@ def check_main(argv: list[str], console: Console | None = None) -> int:
 
 
 def _lenient_hint(report: ValidationReport) -> RenderableType | None:
-    """Where communication disagrees across ranks, a rank's trace is missing or unreadable, or an
-    all_to_all's splits are inconsistent, and nothing else is wrong: what ``analyze --lenient`` / ``replay
-    lenient=true`` would skip (one line per process group, one for the ranks left out, one per node whose
-    splits it drops) to use the rest."""
+    """Where communication disagrees across ranks, a rank's trace is missing, unreadable or another run's,
+    or an all_to_all's splits are inconsistent, and nothing else is wrong: what ``analyze --lenient`` /
+    ``replay lenient=true`` would skip (one line per process group, one for the ranks left out for a trace
+    missing or unreadable, one for those left out for another run's, one per node whose splits it drops)
+    to use the rest."""
     from rich.text import Text
 
     from skewlens.profiler.store.issues import rank_ranges, summarise_dropped_splits, summarise_skipped
@@ -86,6 +87,8 @@ def _lenient_hint(report: ValidationReport) -> RenderableType | None:
     lines = summarise_skipped(report.skipped)
     if remedy.unreadable:
         lines.append(f"rank(s) {rank_ranges(remedy.unreadable)} left out (trace missing or unreadable)")
+    if remedy.another_runs:
+        lines.append(f"rank(s) {rank_ranges(remedy.another_runs)} left out (another run's trace)")
     if report.run is not None:
         lines.extend(summarise_dropped_splits(report.run.dropped_splits))
     if not lines or not remedy.covered:
