@@ -1599,19 +1599,32 @@ def _real_cfg(mode: str, run: Path, out: Path) -> ReplayConfig:
     return cfg
 
 
-def test_a_rank_whose_trace_file_is_gone_is_refused_before_loading_without_suggesting_lenient(
-    tmp_path: Path,
+@pytest.mark.parametrize("lost", ["file gone", "never saved", "a gap without a manifest"])
+def test_a_rank_without_a_trace_is_refused_before_loading_naming_the_simulated_replay_that_replays_the_rest(
+    tmp_path: Path, lost: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # the manifest lists rank 1 but its file is gone: the refusal was the loader's seven problems ending in
-    # "lenient=true would ... leave out the unreadable rank(s) 1", which mode=real then refused too
-    from skewlens.replay.driver import replay_run
-    from skewlens.replay.errors import ReplayError
+    # "lenient=true would ... leave out the unreadable rank(s) 1", which mode=real then refused too (a real
+    # replay cannot go on without a rank); then only "rank 1 of 3 has no trace", naming no way to an answer
+    from skewlens.cli import main as skewlens_main
 
-    run = _one_all_reduce(tmp_path / "run")
-    (run / "rank-1.et").unlink()
-    with pytest.raises(ReplayError) as e:
-        replay_run(_real_cfg("real", run, tmp_path / "out"), tmp_path / "out")
-    assert str(e.value) == f"{run}: cannot replay on real processes: rank 1 of 2 has no trace"
+    b = RunBuilder(3)
+    for r in (0, 2) if lost == "never saved" else range(3):  # a rank that saved none: the manifest says so
+        b.rank(r).step(0).collective(CommType.ALL_REDUCE, 1024, MS)
+    run = b.write(tmp_path / "run")
+    if lost != "never saved":
+        (run / "rank-1.et").unlink()
+    if lost == "a gap without a manifest":
+        (run / "manifest.json").unlink()
+    way = {"file gone": ["mode=sim", "lenient=true"], "never saved": ["mode=sim"]}.get(lost, [])
+    argv = ["replay", f"trace={run}", f"out={tmp_path / 'out'}", "progress=false"]
+    assert skewlens_main([*argv, "mode=real"]) == 2
+    rest = f"; the simulated replay ({' '.join(way)}) replays the traced ranks" if way else ""
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"skewlens replay: error: {run}: cannot replay on real processes: rank 1 of 3 has no trace{rest}"
+    )
+    # what it names replays ranks 0 and 2; a gap without a manifest, for which it names none, no replay loads
+    assert skewlens_main([*argv, *(way or ["mode=sim", "lenient=true"])]) == (0 if way else 2)
 
 
 def test_a_run_whose_communication_matches_no_other_rank_is_refused_before_any_process_starts(

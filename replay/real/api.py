@@ -222,6 +222,16 @@ def resolve_backend(backend: str, manifest: Manifest) -> str:
     return backend
 
 
+def _no_trace_refusal(run_dir: Path, missing: list[int], world_size: int, way: str) -> ReplayError:
+    """A real replay's refusal of a run whose ``missing`` ranks have no trace: every rank's processes issue
+    their collectives, so it cannot go on without them (never lenient); ``way``: the simulated replay's
+    options that replay the traced ranks ('': none does)."""
+    rest = f"; the simulated replay ({way}) replays the traced ranks" if way else ""
+    return ReplayError(
+        f"{run_dir}: cannot replay on real processes: {no_trace_line(missing, world_size)}{rest}"
+    )
+
+
 def preflight(run_dir: Path, cfg: RealConfig, manifest: Manifest | None = None) -> str:
     """What refuses a real replay of ``run_dir`` before anything runs (the config, ranks without a trace,
     ``real.nproc`` against the run's ranks, the backend); returns the backend. ``manifest``: the run's, if
@@ -232,10 +242,16 @@ def preflight(run_dir: Path, cfg: RealConfig, manifest: Manifest | None = None) 
     absent = {r for r, f in located.files.items() if not f.is_file()}  # listed, file gone
     if absent or m.missing_ranks or sorted(m.ranks) != list(range(m.world_size)):
         missing = sorted(set(range(m.world_size)) - set(m.ranks) | set(m.missing_ranks) | absent)
-        raise ReplayError(
-            f"{run_dir}: cannot replay on real processes: "
-            f"{no_trace_line(missing, m.world_size) if missing else 'not every rank was loaded'}"
-        )
+        if not missing:
+            raise ReplayError(f"{run_dir}: cannot replay on real processes: not every rank was loaded")
+        # a rank the manifest says has no trace is a warning to the simulator's load; a listed rank whose file
+        # is gone an error that lenient=true leaves out; a gap without a manifest, or a rank it does not list,
+        # an error either way
+        said = set(m.missing_ranks) if located.has_manifest else set()
+        way = ""
+        if said | absent >= set(missing):
+            way = "mode=sim" if said >= set(missing) else "mode=sim lenient=true"
+        raise _no_trace_refusal(run_dir, missing, m.world_size, way)
     if not launcher_args and nproc is not None and nproc != m.world_size:
         raise ConfigError(
             f"real.nproc={nproc} but {run_dir} has {m.world_size} ranks: on one host start one process per "
@@ -336,9 +352,8 @@ def real_replay(
     m = run.manifest
     if sorted(run.ranks) != list(range(m.world_size)):
         missing = sorted(set(range(m.world_size)) - set(run.ranks))
-        raise ReplayError(
-            f"{run_dir}: cannot replay on real processes: {no_trace_line(missing, m.world_size)}"
-        )
+        # a strict load went on without them: the manifest says they saved none
+        raise _no_trace_refusal(run_dir, missing, m.world_size, "mode=sim")
     backend = preflight(run_dir, cfg, m)
     default_pg, groups = group_specs(run)
     firsts = {r: rm.t0_ns for r, rm in execution_model(run).ranks.items()}
