@@ -542,7 +542,8 @@ def _what_if_steps(by_step: Mapping[int, int], floor: float, steps: int) -> tupl
     """The runs of consecutive steps (first, last) that a what-if of :func:`what_if_notes` takes the thing
     away at, and that the uneven lines name (:func:`_uneven_steps`) by its wait or its cost: every step
     where it made the rank's peers wait ``floor`` (a one-off's least) and :data:`WHAT_IF_STEP_SHARE` of the
-    wait or more (the step holding most of it always), runs of consecutive ones merged. None (every step)
+    wait or more, and ``floor`` more than its lower median step (the step holding most of it always), runs of
+    consecutive ones merged. None (every step)
     where its worst step's wait is no more than :data:`UNEVEN_OVER_MEDIAN` times its lower median step's
     (steps alike, as the uneven lines say: before, a rank that logged 21-39 ms at each of 9 steps was given a
     replay of the 4 steps over a tenth of the wait, which held over half of it, and pasted it left its peer
@@ -561,7 +562,11 @@ def _what_if_steps(by_step: Mapping[int, int], floor: float, steps: int) -> tupl
     waits = sorted([*by_step.values(), *[0] * (steps - len(by_step))])
     if by_step[worst] <= UNEVEN_OVER_MEDIAN * waits[(len(waits) - 1) // 2]:
         return ()
-    least = max(floor, WHAT_IF_STEP_SHARE * total)
+    # a step named exceeds that lower median step by the floor too, so that no step as typical as it is named:
+    # before, a rank's sub-ms waits of load noise at 5 of 9 steps were all named, the median step itself among
+    # them ('steps 2-5 and 7 ... 1.662, 1.002, 3.520, 1.114 and 0.881 ms, 100% of it, in its median step
+    # 0.881 ms', the floor 0.652 ms)
+    least = max(floor, WHAT_IF_STEP_SHARE * total, waits[(len(waits) - 1) // 2] + floor)
     held = sorted(s for s, w in by_step.items() if w >= least or s == worst)
     runs = consecutive_runs(held)
     if len(held) >= steps or sum(by_step[s] for s in held) <= UNEVEN_WAIT_SHARE * total:

@@ -612,6 +612,16 @@ def test_an_uneven_wait_over_consecutive_steps_alone_names_them_as_one_run_of_st
     ]
 
 
+def test_an_uneven_wait_names_no_step_that_exceeds_its_median_step_by_less_than_a_one_offs_least() -> None:
+    # rank 1's sub-ms waits of load noise (a collectives-level capture of 2 gloo ranks, its peer checkpointing
+    # every 4th step; the job's median step 6.52 ms, a one-off's least 0.652 ms): before, 'in steps 0-3 and
+    # 5 ... 1.662, 1.002, 3.520, 1.114 and 0.881 ms, 100% of it, in its median step 0.881 ms', the median step
+    # among the steps named as uneven; steps 1 and 3, within 0.652 ms of it, are as typical
+    said = "in steps 0 and 2 it made its peers wait 1.662 and 3.520 ms, 63% of it, in its median step 0.881"
+    waits = [1.662, 1.002, 3.520, 1.114, 0, 0.881, 0, 0, 0]
+    assert _uneven_wait(waits, step_ms=6.52) == [f"rank 1's caused wait is uneven over its steps: {said} ms"]
+
+
 def test_an_uneven_cost_over_three_steps_or_with_a_named_step_near_its_median_is_named() -> None:
     said = (
         "rank 1's cost is uneven over its steps: {} ms, {}% of it, its median step {} ms; every step is in "

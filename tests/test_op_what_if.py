@@ -257,6 +257,10 @@ def test_analyze_names_no_step_where_the_scope_made_its_peers_wait_under_a_tenth
         ({0: 10, 1: 10, 2: 10, 3: 10, 4: 10, 5: 10, 6: 60, 7: 60}, 8, ((6, 7),)),
         # at most twice it (20 against 10), the four at 20 holding 61% of the wait: alike, every step
         ({0: 10, 1: 10, 2: 10, 3: 10, 4: 10, 5: 20, 6: 20, 7: 20, 8: 20}, 9, ()),
+        # waits of load noise at most steps: a step named exceeds the lower median step (0.9) by the floor;
+        # the one left (3.5), 43% of the wait, is no one-off: every step (before, steps 0-3, each at the
+        # floor or more, 1.0 and 1.1 among them, 0.1 and 0.2 over the median step)
+        ({0: 1.6, 1: 1.0, 2: 3.5, 3: 1.1, 5: 0.9}, 9, ()),
     ],
 )
 def test_a_what_if_names_the_runs_of_steps_where_the_rank_made_its_peers_wait_a_floor_or_more(
