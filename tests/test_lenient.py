@@ -1015,3 +1015,16 @@ def test_an_analysis_without_a_ranks_trace_says_first_that_its_waits_are_blamed_
         "only: their waits are blamed on no rank, and the what-if costs keep the time spent waiting for "
         "rank 2 as recorded, so lateness passed on through rank 2 is not in them"
     )
+
+
+def test_a_rank_whose_nodes_ran_just_past_its_step_marks_is_not_refused_as_another_runs(
+    tmp_path: Path,
+) -> None:
+    # a step mark may end before its op does (a profiler's step annotation): rank 2's nodes moved 20 ms
+    # past their steps' marks (under a second, and under nothing like the 9.968 s of another run's file)
+    # are this run's; before, the refusal fired on any node outside its step's mark
+    d = _straggler_run(tmp_path / "run")
+    other = _straggler_run(tmp_path / "other", start_ns=20 * MS)
+    (d / "rank-2.et").write_bytes((other / "rank-2.et").read_bytes())
+    run = load_validated(d, lenient_option="--lenient")
+    assert sorted(run.ranks) == [0, 1, 2]

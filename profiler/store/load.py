@@ -1137,6 +1137,9 @@ def iter_ranks(
 #: What the refusal of a rank file of another run says of it (:func:`_refuse_another_runs`), by which the
 #: lenient remedy tells such a rank from an unreadable one.
 ANOTHER_RUNS = "trace is not this run's"
+#: How far from the manifest's steps (and at least their whole span) a rank's nodes ran for its file to be
+#: refused as another run's: closer, the steps' marks may just disagree with the nodes' times.
+_ANOTHER_RUN_APART_NS = 1_000_000_000
 
 
 def _refuse_another_runs(rt: RankTrace, spans: Mapping[int, tuple[int, int]]) -> None:
@@ -1158,12 +1161,15 @@ def _refuse_another_runs(rt: RankTrace, spans: Mapping[int, tuple[int, int]]) ->
         return
     first, last = min(a for a, _ in spans.values()), max(b for _, b in spans.values())
     ran_from, ran_to = int(start.min()), int(end.max())
-    if ran_from >= last:
+    # apart from the steps by more than a second and more than their whole span: a mark that ends before
+    # its op does (a profiler's step annotation), or a node of one step run in the next, is this run's
+    apart_ns = max(_ANOTHER_RUN_APART_NS, last - first)
+    if ran_from - last >= apart_ns:
         away = f"they ran {(ran_from - last) / 1e9:.3f} s after them"
-    elif ran_to <= first:
+    elif first - ran_to >= apart_ns:
         away = f"they ran {(first - ran_to) / 1e9:.3f} s before them"
     else:
-        away = "each ran outside its own step"
+        return
     raise TraceFormatError(
         f"{rt.path}: rank {rt.rank}'s {ANOTHER_RUNS}: none of its {tagged.size} node(s) of steps "
         f"{int(steps.min())}-{int(steps.max())} ran in those steps as the manifest records them for rank "
