@@ -17,7 +17,8 @@ declines files of fewer than ``MIN_NODES`` nodes, which the per-node decoder rea
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import array
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -154,7 +155,8 @@ def split_messages(data: bytes, path: Path, buf: _Bytes | None = None) -> tuple[
 
     The one pass in Python only steps from each length prefix to the next (the chain is sequential); the
     prefixes' values (:meth:`_Bytes.varint`) and every check are then computed with numpy."""
-    prefixes: list[int] = []
+    # 8 bytes a message: a list held a Python int per message (36 bytes: 10 MB for 287,000 nodes)
+    prefixes = array.array("q")
     append = prefixes.append
     n = len(data)
     pos = 0
@@ -191,7 +193,7 @@ def split_messages(data: bytes, path: Path, buf: _Bytes | None = None) -> tuple[
             f"{path}: {len(prefixes):,} messages in {n:,} bytes: fewer than {MIN_MEAN_MESSAGE_BYTES} bytes a "
             "node on average, which no trace holds (a node has an id, a name and a type)"
         )
-    at = np.asarray(prefixes, dtype=np.int64)
+    at = np.frombuffer(prefixes, dtype=np.int64) if prefixes else np.empty(0, dtype=np.int64)
     # every prefix lies whole inside the file and is at most 10 bytes long (checked above)
     size_u, body = (buf if buf is not None else _Bytes(data)).varint(at)
     over = np.flatnonzero(size_u > np.uint64(MAX_MESSAGE_BYTES))
@@ -339,6 +341,9 @@ def _mixed_step(b: _Bytes, out: _Fields, *, live: I64, field: I64, wire: I64, p:
 
 
 def _cat(parts: Sequence[np.ndarray], dtype: type) -> np.ndarray:
+    """The parts joined (one part: itself, not a copy: a file's one long list is not held twice)."""
+    if len(parts) == 1:
+        return parts[0].astype(dtype, copy=False)
     return np.concatenate(parts).astype(dtype, copy=False) if parts else np.empty(0, dtype=dtype)
 
 
@@ -348,6 +353,14 @@ def _cat(parts: Sequence[np.ndarray], dtype: type) -> np.ndarray:
 #: list decodes 3 times faster than at once (the temporaries stay in the cache); lists as traces write them
 #: (a few bytes a node, 20 KB a rank of 10,000 nodes) fit in one batch.
 PACKED_BATCH_BYTES = 1 << 16
+
+
+#: Bytes of node messages :func:`decode_file` decodes at a time. The lockstep walk's and the attributes'
+#: temporaries take about 8 bytes of memory a byte of the file (one array per field, several per
+#: attribute): a 56 MiB rank of 277,000 ``full``-level nodes held 450 MiB of them at once above its bytes
+#: and columns. In batches of 2 MiB they take about 16 MiB whatever the file's size; a rank of 10,000
+#: nodes (about 1 MB) is one batch, as before, and a batch's fixed cost (about 2 ms) is under 5% of it.
+NODE_BATCH_BYTES = 1 << 21
 
 
 def _packed_varints(
@@ -642,9 +655,21 @@ def _decode_attrs(b: _Bytes, a_start: I64, a_end: I64) -> _Attrs:
     return out
 
 
-def decode_file(path: str | Path, *, min_nodes: int = MIN_NODES, data: bytes | None = None) -> RawColumns:
+def decode_file(
+    path: str | Path,
+    *,
+    min_nodes: int = MIN_NODES,
+    data: bytes | None = None,
+    batch_bytes: int | None = None,
+    on_batch: Callable[[int], None] | None = None,
+) -> RawColumns:
     """Decode one ``.et`` file into raw columns (raises :class:`FastDecodeError` on anything odd, and on
-    a file of fewer than ``min_nodes`` nodes; ``data``: the file's bytes where the caller has read them)."""
+    a file of fewer than ``min_nodes`` nodes; ``data``: the file's bytes where the caller has read them).
+
+    Nodes are decoded ``batch_bytes`` of messages at a time (a node is never split; by default
+    ``NODE_BATCH_BYTES``) into columns of the file's node count, so what the decoder holds is the file's
+    bytes, its columns and one batch's temporaries; ``on_batch`` is called with the nodes of each batch
+    once it is decoded. The columns are the same whatever the batch size (tested)."""
     p = Path(path)
     if data is None:
         data = read_trace_bytes(p)
@@ -659,32 +684,127 @@ def decode_file(path: str | Path, *, min_nodes: int = MIN_NODES, data: bytes | N
     idx_t = np.int32 if len(data) + _PAD < (1 << 31) else np.int64
     n_start = starts[1:].astype(idx_t)
     n_end = n_start + sizes[1:].astype(idx_t)
+    del starts, sizes
     n = n_start.shape[0]
+    acc = _Columns.empty(n)
+    step = max(batch_bytes if batch_bytes is not None else NODE_BATCH_BYTES, 1)
+    lo = 0
+    while lo < n:
+        hi = max(int(np.searchsorted(n_start, int(n_start[lo]) + step, side="left")), lo + 1)
+        _decode_nodes(b, n_start[lo:hi], n_end[lo:hi], acc, row0=lo, idx_t=idx_t)
+        if on_batch is not None:
+            on_batch(hi - lo)
+        lo = hi
+    # gathered a batch at a time (8 bytes of index a byte of name), dictionary-encoded once
+    names = pc.dictionary_encode(pa.concat_arrays(acc.names).cast(pa.string()))
+    acc.names.clear()
+    zero = np.zeros(n, dtype=np.int64)
+    none = np.zeros(n, dtype=np.bool_)
+    zero.flags.writeable = none.flags.writeable = False  # shared by every absent attribute
+    attr_val: dict[str, I64] = dict.fromkeys(KNOWN_ATTRS, zero)
+    attr_has: dict[str, Bool] = dict.fromkeys(KNOWN_ATTRS, none)
+    for a in KNOWN_ATTRS:  # in KNOWN_ATTRS' order, as the columns were made before batches
+        if a in acc.ints:
+            attr_val[a], attr_has[a] = acc.ints[a]
+    strings = {a: _string_column(b, *acc.strings[a]) for a in STRING_ATTRS}
+    for name, col in strings.items():
+        attr_has[name] = col.is_valid().to_numpy(zero_copy_only=False)
+    meta_rows = np.flatnonzero(acc.node_type == 1)
+    metadata_msgs = [(int(r), bytes(data[n_start[r] : n_end[r]])) for r in meta_rows.tolist()]
+    attr_lists = {a: (_cat(rows, np.int64), _cat(vals, np.int64)) for a, (rows, vals) in acc.lists.items()}
+    return RawColumns(
+        node_id=acc.node_id,
+        node_type=acc.node_type,
+        start_us=acc.start_us,
+        dur_us=acc.dur_us,
+        names=names,
+        msg_offset=prefix_at[1:],
+        attr_val=attr_val,
+        attr_has=attr_has,
+        pg_name=strings["pg_name"],
+        dtype=strings["skl_dtype"],
+        dep_node=_cat(acc.dep_node, np.int64),
+        dep_id=_cat(acc.dep_id, np.uint64),
+        dep_kind=_cat(acc.dep_kind, np.int8),
+        metadata_msgs=metadata_msgs,
+        global_metadata=gm,
+        attr_lists={a: v for a, v in attr_lists.items() if v[0].size},
+    )
+
+
+@dataclass(eq=False, slots=True)
+class _Columns:
+    """The columns :func:`decode_file` fills a batch of nodes at a time: per node, or per batch (lists)."""
+
+    node_id: U64
+    node_type: I64
+    start_us: I64
+    dur_us: I64
+    names: list[pa.Array]
+    """Each batch's node names (a string array)."""
+    ints: dict[str, tuple[I64, Bool]]
+    """Per known integer attribute some node carries: its value per node (0 where absent), and whether the
+    node carries it."""
+    strings: dict[str, tuple[I64, I64, Bool]]
+    """Per string attribute: where its value starts, its length, whether the node has it."""
+    dep_node: list[I64]
+    dep_id: list[U64]
+    dep_kind: list[np.ndarray]
+    lists: dict[str, tuple[list[I64], list[I64]]]
+
+    @staticmethod
+    def empty(n: int) -> _Columns:
+        def z() -> I64:
+            return np.zeros(n, dtype=np.int64)
+
+        return _Columns(
+            node_id=np.zeros(n, dtype=np.uint64),
+            node_type=z(),
+            start_us=z(),
+            dur_us=z(),
+            names=[],
+            ints={},
+            strings={a: (z(), z(), np.zeros(n, dtype=np.bool_)) for a in STRING_ATTRS},
+            dep_node=[],
+            dep_id=[],
+            dep_kind=[],
+            lists={a: ([], []) for a in LIST_ATTRS},
+        )
+
+
+def _decode_nodes(b: _Bytes, n_start: I64, n_end: I64, acc: _Columns, *, row0: int, idx_t: type) -> None:
+    """Decode the nodes ``[n_start[i], n_end[i])`` (rows ``row0 + i``) into ``acc``."""
+    n = acc.node_id.shape[0]
     fl = _walk(b, n_start, n_end)
 
     # varint fields of Node
     v_msg = _cat(fl.v_msg, np.int64)
+    v_msg += row0
     v_field = _cat(fl.v_field, np.int64)
     v_val = _cat(fl.v_val, np.uint64)
-    node_id = np.zeros(n, dtype=np.uint64)
-    node_type = np.zeros(n, dtype=np.int64)
-    start_us = np.zeros(n, dtype=np.int64)
-    dur_us = np.zeros(n, dtype=np.int64)
-    for f, col in ((F_ID, node_id), (F_TYPE, node_type), (F_START_US, start_us), (F_DUR_US, dur_us)):
+    for f, col in (
+        (F_ID, acc.node_id),
+        (F_TYPE, acc.node_type),
+        (F_START_US, acc.start_us),
+        (F_DUR_US, acc.dur_us),
+    ):
         m = v_field == f
         col[v_msg[m]] = v_val[m].astype(col.dtype)
 
     # length-delimited fields of Node
     l_msg = _cat(fl.l_msg, np.int64)
+    l_msg += row0
     l_field = _cat(fl.l_field, np.int64)
     l_start = _cat(fl.l_start, idx_t)
     l_len = _cat(fl.l_len, idx_t)
-    name_start = np.zeros(n, dtype=np.int64)
-    name_len = np.zeros(n, dtype=np.int64)
+    del fl
     m = l_field == F_NAME
-    name_start[l_msg[m]] = l_start[m]
-    name_len[l_msg[m]] = l_len[m]
-    names = pc.dictionary_encode(b.gather_strings(name_start, name_len).cast(pa.string()))
+    name_start = np.zeros(n_start.shape[0], dtype=np.int64)
+    name_len = np.zeros(n_start.shape[0], dtype=np.int64)
+    name_start[l_msg[m] - row0] = l_start[m]
+    name_len[l_msg[m] - row0] = l_len[m]
+    acc.names.append(b.gather_strings(name_start, name_len))
+    del name_start, name_len
 
     # dependencies: packed (wire 2) or one value per field (wire 0). A value may take one byte, so a file's
     # lists can hold 16 bytes a byte of the file: each part is let go once joined, each column sorted alone
@@ -698,7 +818,7 @@ def decode_file(path: str | Path, *, min_nodes: int = MIN_NODES, data: bytes | N
         dep_parts_node += [owner, v_msg[mv]]
         dep_parts_id += [ids, v_val[mv]]
         per_kind.append(owner.shape[0] + int(mv.sum()))
-    del owner, ids
+    del owner, ids, v_msg, v_field, v_val
     dep_node = np.concatenate(dep_parts_node)
     dep_parts_node.clear()
     dep_id = np.concatenate(dep_parts_id)
@@ -713,6 +833,9 @@ def decode_file(path: str | Path, *, min_nodes: int = MIN_NODES, data: bytes | N
         dep_id = dep_id[order]
         dep_kind = dep_kind[order]
         del order
+    acc.dep_node.append(dep_node)
+    acc.dep_id.append(dep_id)
+    acc.dep_kind.append(dep_kind)
 
     # inputs and outputs (IOInfo: values, shapes, types, strings) are not read, but protobuf parses them:
     # their wire format and strings are checked as it checks them, or a corrupt one reads differently
@@ -720,16 +843,20 @@ def decode_file(path: str | Path, *, min_nodes: int = MIN_NODES, data: bytes | N
     if m.any():
         io_start = l_start[m].astype(np.int64)
         io = _walk(b, io_start, io_start + l_len[m].astype(np.int64))
-        text = (_cat(io.l_field, np.int64) >= 1) & (_cat(io.l_field, np.int64) <= 3)
+        io_field = _cat(io.l_field, np.int64)
+        text = (io_field >= 1) & (io_field <= 3)
         if text.any():
             _check_utf8(b, _cat(io.l_start, np.int64)[text], _cat(io.l_len, np.int64)[text])
+        del io, io_field, text
 
     # attributes
     m = l_field == F_ATTR
     a_node = l_msg[m]
     a_start = l_start[m]
     a_end = a_start + l_len[m]
+    del l_msg, l_field, l_start, l_len, m
     at = _decode_attrs(b, a_start, a_end)
+    del a_start, a_end
     first, last = _name_parts(b, at.name_start, at.name_len)
     which = known_attr_index(first, last, at.name_len)
     # other attributes are not read, but protobuf checks their names and string values too: a name
@@ -740,58 +867,27 @@ def decode_file(path: str | Path, *, min_nodes: int = MIN_NODES, data: bytes | N
         texts = other[at.is_str[other]]
         if texts.size:
             _check_utf8(b, at.str_start[texts], at.str_len[texts])
-    a_int, a_isint = at.value, at.is_int
-    # one flat scatter for the known integer attributes the file has (row = which of them, column = node);
-    # the others share one array of zeros (read-only, as every column the decoder returns)
-    sel = np.flatnonzero((which >= 0) & a_isint)
+    del first, last, other
+    # the known integer attributes: a column of the file's nodes for each that some node carries
+    sel = np.flatnonzero((which >= 0) & at.is_int)
     w_sel = which[sel]
-    present = np.flatnonzero(np.bincount(w_sel, minlength=len(KNOWN_ATTRS)))
-    slot = np.zeros(len(KNOWN_ATTRS), dtype=np.int64)
-    slot[present] = np.arange(present.size)
-    vals = np.zeros((present.size, n), dtype=np.int64)
-    have = np.zeros((present.size, n), dtype=np.bool_)
-    flat = slot[w_sel] * n + a_node[sel]
-    vals.reshape(-1)[flat] = a_int[sel]
-    have.reshape(-1)[flat] = True
-    zero = np.zeros(n, dtype=np.int64)
-    none = np.zeros(n, dtype=np.bool_)
-    zero.flags.writeable = none.flags.writeable = False  # shared by every absent attribute
-    attr_val: dict[str, I64] = dict.fromkeys(KNOWN_ATTRS, zero)
-    attr_has: dict[str, Bool] = dict.fromkeys(KNOWN_ATTRS, none)
-    for k, a in enumerate(present.tolist()):
-        attr_val[KNOWN_ATTRS[a]] = vals[k]
-        attr_has[KNOWN_ATTRS[a]] = have[k]
-    strings = {
-        a: _string_column(b, at, np.flatnonzero(at.is_str & (which == KNOWN_ATTRS.index(a))), a_node, n)
-        for a in STRING_ATTRS
-    }
-    for name, col in strings.items():
-        attr_has[name] = col.is_valid().to_numpy(zero_copy_only=False)
-
-    attr_lists = {
-        a: _int64_lists(b, at, np.flatnonzero(at.is_list & (which == KNOWN_ATTRS.index(a))), a_node)
-        for a in LIST_ATTRS
-    }
-    meta_rows = np.flatnonzero(node_type == 1)
-    metadata_msgs = [(int(r), bytes(data[n_start[r] : n_end[r]])) for r in meta_rows.tolist()]
-    return RawColumns(
-        node_id=node_id,
-        node_type=node_type,
-        start_us=start_us,
-        dur_us=dur_us,
-        names=names,
-        msg_offset=prefix_at[1:],
-        attr_val=attr_val,
-        attr_has=attr_has,
-        pg_name=strings["pg_name"],
-        dtype=strings["skl_dtype"],
-        dep_node=dep_node,
-        dep_id=dep_id,
-        dep_kind=dep_kind,
-        metadata_msgs=metadata_msgs,
-        global_metadata=gm,
-        attr_lists={a: v for a, v in attr_lists.items() if v[0].size},
-    )
+    for k in np.flatnonzero(np.bincount(w_sel, minlength=len(KNOWN_ATTRS))).tolist():
+        name = KNOWN_ATTRS[k]
+        if name not in acc.ints:
+            acc.ints[name] = (np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.bool_))
+        val, has = acc.ints[name]
+        s = sel[w_sel == k]
+        val[a_node[s]] = at.value[s]
+        has[a_node[s]] = True
+    for name, (start, length, present) in acc.strings.items():
+        s = np.flatnonzero(at.is_str & (which == KNOWN_ATTRS.index(name)))
+        start[a_node[s]] = at.str_start[s]  # a node that repeats the attribute: its last, as the reference
+        length[a_node[s]] = at.str_len[s]  # decoder reads
+        present[a_node[s]] = True
+    for name, (rows, vals) in acc.lists.items():
+        r, v = _int64_lists(b, at, np.flatnonzero(at.is_list & (which == KNOWN_ATTRS.index(name))), a_node)
+        rows.append(r)
+        vals.append(v)
 
 
 def _check_utf8(
@@ -810,15 +906,9 @@ def _check_utf8(
         b.gather_strings(start[idx], length[idx])
 
 
-def _string_column(b: _Bytes, at: _Attrs, sel: I64, a_node: I64, n: int) -> pa.Array:
-    """The ``string_val`` attributes ``sel`` (rows ``a_node[sel]``) as one dictionary array of ``n`` rows,
-    null in rows without (a node that repeats the attribute: its last, as the reference decoder reads)."""
-    start = np.zeros(n, dtype=np.int64)
-    length = np.zeros(n, dtype=np.int64)
-    present = np.zeros(n, dtype=np.bool_)
-    start[a_node[sel]] = at.str_start[sel]
-    length[a_node[sel]] = at.str_len[sel]
-    present[a_node[sel]] = True
+def _string_column(b: _Bytes, start: I64, length: I64, present: Bool) -> pa.Array:
+    """The ``string_val`` attribute at ``[start, start+length)`` of each row that has one (``present``) as one
+    dictionary array, null in rows without."""
     strings = b.gather_strings(start, length).cast(pa.string())
     return pc.dictionary_encode(pc.if_else(pa.array(present), strings, pa.scalar(None, pa.string())))
 
