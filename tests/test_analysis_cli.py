@@ -356,6 +356,7 @@ def test_every_stage_of_loading_and_analysing_a_run_shows_on_the_progress_bar(tm
     stages = [s.split(":")[0] for s in progress.shown]
     assert list(dict.fromkeys(stages)) == [
         "loading ranks",
+        "decoding nodes",
         "loading rank-0.et",
         "loading rank-1.et",
         "loading rank-2.et",

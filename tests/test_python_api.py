@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import logging
@@ -13,7 +14,7 @@ import subprocess
 import sys
 import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -176,6 +177,47 @@ def test_a_replay_config_built_in_python_without_a_required_setting_names_it() -
         with pytest.raises(ConfigError) as e:
             build()
         assert str(e.value) == f"{key}: missing value (a required setting)"
+
+
+def test_a_replays_loading_stage_counts_the_ranks_and_nodes_it_loads_on_bars_of_their_own(
+    tmp_path: Path,
+) -> None:
+    # the first load of two 60 MB ranks held `loading RUN 0/3` for 20 s with nothing else moving: the
+    # load's own bars were not passed on
+    run_dir = straggler_run(tmp_path)
+    run = load_validated(run_dir)
+    tasks: list[tuple[str, int | None]] = []
+    done: dict[str, int] = {}
+    lock = threading.Lock()
+
+    class Recording:
+        @contextlib.contextmanager
+        def task(self, description: str, total: int | None) -> Iterator[Callable[..., None]]:
+            tasks.append((description, total))
+            done[description] = 0
+
+            def advance(n: int = 1, description_: str | None = None, **kw: str) -> None:
+                with lock:
+                    done[description] += n
+
+            yield advance
+
+    topo = TopologyConfig(name="sw", dims=[DimensionConfig(bandwidth_gbps=10.0, latency_ns=5_000)])
+    cfg = ReplayConfig(trace=str(run_dir), out=str(tmp_path / "out"), topology=topo, perfetto=False)
+    replay_run(cfg, progress=Recording())
+    ranks = len(run.ranks)
+    nodes = sum(len(rt) for rt in run.ranks.values())
+    assert tasks[:4] == [
+        (f"loading {run_dir}", 3),
+        ("loading ranks", ranks),
+        ("decoding nodes", None),
+        ("checking dependencies", ranks),
+    ]
+    assert (done["loading ranks"], done["decoding nodes"], done["checking dependencies"]) == (
+        ranks,
+        nodes,
+        ranks,
+    )
 
 
 def test_a_replay_from_python_takes_its_paths_as_strings_and_writes_into_the_configs_out_by_default(

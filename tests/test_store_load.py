@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gzip
 import io
@@ -13,6 +14,7 @@ import sys
 import tarfile
 import threading
 import tracemalloc
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -1241,3 +1243,40 @@ def test_batches_of_any_size_give_the_same_columns_and_tell_each_node_once(tmp_p
         assert sum(told) == n
         # a batch is the nodes that start within batch_bytes of its first: one node at least
         assert len(told) == n if batch_bytes == 1 else len(told) > f.stat().st_size // (2 * batch_bytes)
+
+
+def test_loading_shows_ranks_and_the_nodes_decoded_on_its_bars_whether_decoded_or_from_the_cache(
+    tmp_path: Path,
+) -> None:
+    # a replay's first load of two 60 MB ranks sat 20 s on one bar that did not move
+    run = _long_run(tmp_path, 3_000)
+    nodes = sum(decode_file(run / f"rank-{r}.et").node_id.shape[0] for r in range(2))
+    for cached in (False, True):
+        progress = _Counting()
+        load_run(run, progress=progress)
+        assert (run / ".skewlens-cache" / "rank-0.et.arrow").is_file() == cached or not cached
+        assert progress.totals == {"loading ranks": 2, "decoding nodes": None}
+        assert progress.done == {"loading ranks": 2, "decoding nodes": nodes}, cached
+        assert progress.calls["decoding nodes"] >= 2  # at least once a rank
+
+
+class _Counting:
+    """A Progress that counts, per task, its total, the units advanced and the calls that advanced any."""
+
+    def __init__(self) -> None:
+        self.totals: dict[str, int | None] = {}
+        self.done: dict[str, int] = {}
+        self.calls: dict[str, int] = {}
+        self.lock = threading.Lock()  # nodes are told from the decoding threads
+
+    @contextlib.contextmanager
+    def task(self, description: str, total: int | None) -> Iterator[Callable[..., None]]:
+        self.totals[description] = total
+        self.done[description] = self.calls[description] = 0
+
+        def advance(n: int = 1, description_: str | None = None, **kw: str) -> None:
+            with self.lock:
+                self.done[description] += n
+                self.calls[description] += n > 0
+
+        yield advance

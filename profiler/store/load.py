@@ -113,7 +113,7 @@ from skewlens.profiler.vocab import (
     CommType,
     NodeType,
 )
-from skewlens.progress import NO_PROGRESS, Progress
+from skewlens.progress import NO_PROGRESS, Advance, Progress
 
 #: Name given to the world-wide group assumed for collectives that name no group.
 WORLD_PG = "0"
@@ -436,25 +436,38 @@ def _host_op(raw: RawColumns) -> np.ndarray:
 Decoder = Literal["auto", "vectorised", "reference"]
 
 
-def decode(path: str | Path, *, decoder: Decoder = "auto") -> RawColumns:
+def decode(
+    path: str | Path, *, decoder: Decoder = "auto", on_nodes: Callable[[int], None] | None = None
+) -> RawColumns:
     """Decode a file with the vectorised decoder, falling back to the reference one where it refuses.
 
     With ``auto``, the columns come from the file's column cache where it holds this file's current bytes
     (:mod:`~skewlens.profiler.store.colcache`), and a file of ``MIN_NODES`` nodes or more that had to be
-    decoded is cached for the next load. The explicit decoders always decode.
+    decoded is cached for the next load. The explicit decoders always decode. ``on_nodes`` is told how many
+    nodes are read as they are (a batch at a time by the vectorised decoder, all at once otherwise), each
+    node once.
     """
     p = Path(path)
+    told = [0]
+
+    def tell(k: int) -> None:
+        told[0] += k
+        if on_nodes is not None:
+            on_nodes(k)
+
     # taken before reading the file: a file that changes meanwhile is decoded again by the next load
     key = colcache.fingerprint(p) if decoder == "auto" and colcache.enabled() else None
     if key is not None and (raw := colcache.read(p, key)) is not None:
+        tell(raw.node_id.shape[0])
         return raw
     data = read_trace_bytes(p)  # once, for whichever decoder reads it
     try:
         if decoder == "reference":
             raise FastDecodeError("reference decoder chosen")
-        raw = decode_file(p, min_nodes=MIN_NODES if decoder == "auto" else 0, data=data)
+        raw = decode_file(p, min_nodes=MIN_NODES if decoder == "auto" else 0, data=data, on_batch=tell)
     except FastDecodeError:
         raw = decode_reference(p, data)
+        tell(max(raw.node_id.shape[0] - told[0], 0))  # the vectorised decoder's batches were counted
     if key is not None and raw.node_id.shape[0] >= MIN_NODES:
         colcache.write(p, key, raw)
     return raw
@@ -1094,44 +1107,75 @@ def iter_ranks(
     so issues and group names come in the same order as from a load on one thread.
     """
     items = sorted(files.files.items())
-    spans = captured_steps(files.manifest)
-    decoded = ordered_map(
-        functools.partial(_decoded, decoder=decoder), [f for _, f in items], workers=default_workers()
-    )
-    # closed here when a rank raises: left suspended, its thread pool was shut down by whichever thread the
-    # garbage collector ran on, which could deadlock starting a thread
-    with contextlib.closing(decoded), progress.task("loading ranks", len(items)) as advance:
-        for (r, f), raw in zip(items, decoded, strict=True):
-            advance(0, description=f"loading {f.name}")
-            if raw is None:
-                _unreadable(
-                    sink,
-                    left_out,
-                    "missing-rank",
-                    f"{f}: rank {r} is listed but its trace file is missing",
-                    f=f,
-                    r=r,
-                )
-            else:
-                try:
-                    if isinstance(raw, TraceFormatError):
-                        raise raw
-                    yield load_rank(
-                        f,
-                        r,
-                        pg_names,
-                        pg_found,
-                        sink=sink,
-                        raw=raw,
-                        lenient=left_out is not None,
-                        steps=spans.get(r),
-                    )
-                except TraceFormatError as e:
-                    if sink.strict and left_out is None:
-                        raise
-                    _unreadable(sink, left_out, "corrupt-trace", str(e), f=f, r=r)
-            advance()
+    # two bars: ranks as they are interpreted here, and nodes as the threads decode them (a batch at a
+    # time: a run of two 60 MB ranks spent 20 s at 0/2 ranks)
+    with (
+        progress.task("loading ranks", len(items)) as advance,
+        progress.task("decoding nodes", None) as nodes,
+    ):
+        decoded = ordered_map(
+            functools.partial(_decoded, decoder=decoder, on_nodes=nodes),
+            [f for _, f in items],
+            workers=default_workers(),
+        )
+        # closed here when a rank raises: left suspended, its thread pool was shut down by whichever thread
+        # the garbage collector ran on, which could deadlock starting a thread
+        with contextlib.closing(decoded):
+            yield from _interpret_ranks(
+                items,
+                decoded,
+                advance,
+                pg_names=pg_names,
+                pg_found=pg_found,
+                sink=sink,
+                left_out=left_out,
+                spans=captured_steps(files.manifest),
+            )
     release_free_memory()  # what the decoding threads freed, before the analyses allocate their own
+
+
+def _interpret_ranks(
+    items: list[tuple[int, Path]],
+    decoded: Iterator[RawColumns | TraceFormatError | None],
+    advance: Advance,
+    *,
+    pg_names: list[str],
+    pg_found: dict[str, ProcessGroupInfo],
+    sink: IssueLog,
+    left_out: dict[int, str] | None,
+    spans: Mapping[int, Mapping[int, tuple[int, int]]],
+) -> Iterator[RankTrace]:
+    """:func:`iter_ranks`' ranks, interpreted in rank order from their decoded columns."""
+    for (r, f), raw in zip(items, decoded, strict=True):
+        advance(0, description=f"loading {f.name}")
+        if raw is None:
+            _unreadable(
+                sink,
+                left_out,
+                "missing-rank",
+                f"{f}: rank {r} is listed but its trace file is missing",
+                f=f,
+                r=r,
+            )
+        else:
+            try:
+                if isinstance(raw, TraceFormatError):
+                    raise raw
+                yield load_rank(
+                    f,
+                    r,
+                    pg_names,
+                    pg_found,
+                    sink=sink,
+                    raw=raw,
+                    lenient=left_out is not None,
+                    steps=spans.get(r),
+                )
+            except TraceFormatError as e:
+                if sink.strict and left_out is None:
+                    raise
+                _unreadable(sink, left_out, "corrupt-trace", str(e), f=f, r=r)
+        advance()
 
 
 #: What the refusal of a rank file of another run says of it (:func:`_refuse_another_runs`), by which the
@@ -1177,12 +1221,14 @@ def _refuse_another_runs(rt: RankTrace, spans: Mapping[int, tuple[int, int]]) ->
     )
 
 
-def _decoded(f: Path, *, decoder: Decoder = "auto") -> RawColumns | TraceFormatError | None:
+def _decoded(
+    f: Path, *, decoder: Decoder = "auto", on_nodes: Callable[[int], None] | None = None
+) -> RawColumns | TraceFormatError | None:
     """``f``'s columns, or why it cannot be decoded (None: there is no such file)."""
     if not f.exists():
         return None
     try:
-        return decode(f, decoder=decoder)
+        return decode(f, decoder=decoder, on_nodes=on_nodes)
     except TraceFormatError as e:
         return e
 
