@@ -281,7 +281,9 @@ def read_trace_bytes(path: Path) -> bytes:
     )
 
 
-def iter_messages(path: str | Path, data: bytes | None = None) -> Iterator[tuple[int, memoryview]]:
+def iter_messages(
+    path: str | Path, data: bytes | memoryview | None = None
+) -> Iterator[tuple[int, memoryview]]:
     """Yield ``(byte_offset, message_bytes)`` for each length-delimited message, bounds-checked (``data``:
     the file's bytes where the caller has read them already; ``path`` then only names it in errors)."""
     p = Path(path)
@@ -360,7 +362,7 @@ def _first_node_hint(msg_bytes: memoryview | bytes) -> str | None:
 
 
 def _metadata_and_messages(
-    p: Path, data: bytes | None = None
+    p: Path, data: bytes | memoryview | None = None
 ) -> tuple[dict[str, Any], Iterator[tuple[int, memoryview]]]:
     """A trace's GlobalMetadata (:func:`read_metadata`) and an iterator over the node messages after it."""
     it = iter_messages(p, data)
@@ -380,7 +382,7 @@ def _node(p: Path, offset: int, raw: memoryview) -> pb.Node:
     return node
 
 
-def iter_nodes(path: str | Path, data: bytes | None = None) -> Iterator[tuple[int, pb.Node]]:
+def iter_nodes(path: str | Path, data: bytes | memoryview | None = None) -> Iterator[tuple[int, pb.Node]]:
     """Yield ``(byte_offset, node)`` after the GlobalMetadata message; errors name file and offset
     (``data``: as for :func:`iter_messages`)."""
     p = Path(path)

@@ -13,7 +13,7 @@ from chakra.schema.protobuf import et_def_pb2 as pb
 from skewlens.profiler.chakra_io import EtWriter
 from skewlens.profiler.store import fast
 from skewlens.profiler.store import load as load_mod
-from skewlens.profiler.store.fast import FastDecodeError, _Bytes, _packed_varints, decode_file
+from skewlens.profiler.store.fast import FastDecodeError, TraceBytes, _packed_varints, decode_file
 from skewlens.profiler.store.load import load_rank
 from skewlens.profiler.synth import RunBuilder
 from skewlens.profiler.vocab import CommType
@@ -30,7 +30,7 @@ def _varint(v: int) -> bytes:
     return bytes(out)
 
 
-def _layout(lists: list[bytes], gaps: list[int]) -> tuple[_Bytes, np.ndarray, np.ndarray]:
+def _layout(lists: list[bytes], gaps: list[int]) -> tuple[TraceBytes, np.ndarray, np.ndarray]:
     """The lists laid out in one buffer, each after ``gaps[i]`` bytes of 0xFF: (bytes, start, length)."""
     data = bytearray()
     start = []
@@ -38,7 +38,7 @@ def _layout(lists: list[bytes], gaps: list[int]) -> tuple[_Bytes, np.ndarray, np
         data += b"\xff" * gap
         start.append(len(data))
         data += body
-    return _Bytes(bytes(data)), np.array(start, np.int64), np.array([len(x) for x in lists], np.int64)
+    return TraceBytes(bytes(data)), np.array(start, np.int64), np.array([len(x) for x in lists], np.int64)
 
 
 def test_lists_decode_to_the_same_values_whatever_batches_split_them() -> None:

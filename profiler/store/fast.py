@@ -149,12 +149,15 @@ class RawColumns:
     position in the list; an empty list leaves no entry."""
 
 
-def split_messages(data: bytes, path: Path, buf: _Bytes | None = None) -> tuple[I64, I64, I64]:
+def split_messages(
+    data: bytes | memoryview, path: Path, buf: TraceBytes | None = None
+) -> tuple[I64, I64, I64]:
     """Byte offset of each length-delimited message's length prefix, and the start and length of its body
-    (bounds-checked), in file order (``buf``: the same bytes as :class:`_Bytes`, where the caller has them).
+    (bounds-checked), in file order (``buf``: the same bytes as :class:`TraceBytes`, where the caller has
+    them).
 
     The one pass in Python only steps from each length prefix to the next (the chain is sequential); the
-    prefixes' values (:meth:`_Bytes.varint`) and every check are then computed with numpy."""
+    prefixes' values (:meth:`TraceBytes.varint`) and every check are then computed with numpy."""
     # 8 bytes a message: a list held a Python int per message (36 bytes: 10 MB for 287,000 nodes)
     prefixes = array.array("q")
     append = prefixes.append
@@ -195,7 +198,7 @@ def split_messages(data: bytes, path: Path, buf: _Bytes | None = None) -> tuple[
         )
     at = np.frombuffer(prefixes, dtype=np.int64) if prefixes else np.empty(0, dtype=np.int64)
     # every prefix lies whole inside the file and is at most 10 bytes long (checked above)
-    size_u, body = (buf if buf is not None else _Bytes(data)).varint(at)
+    size_u, body = (buf if buf is not None else TraceBytes(data)).varint(at)
     over = np.flatnonzero(size_u > np.uint64(MAX_MESSAGE_BYTES))
     if over.size:
         i = int(over[0])
@@ -211,12 +214,16 @@ def split_messages(data: bytes, path: Path, buf: _Bytes | None = None) -> tuple[
     return at, body, size_u.astype(np.int64)
 
 
-class _Bytes:
-    """The file's bytes with gathers of single bytes, 8-byte words and varints at many offsets."""
+class TraceBytes:
+    """The file's bytes with gathers of single bytes, 8-byte words and varints at many offsets.
 
-    def __init__(self, data: bytes) -> None:
-        self.u8: U8 = np.frombuffer(data + b"\0" * _PAD, dtype=np.uint8)
+    They are copied once, padded: a caller that keeps them for the reference decoder keeps ``view`` (the
+    same bytes, unpadded), not what it read, or a file is held twice while it is decoded."""
+
+    def __init__(self, data: bytes | memoryview) -> None:
+        self.u8: U8 = np.frombuffer(bytes(data) + b"\0" * _PAD, dtype=np.uint8)
         self.n = len(data)
+        self.view: memoryview = self.u8.data[: self.n]
         # an overlapping, unaligned view: word[i] is the little-endian uint64 at byte i
         self.word = np.ndarray(shape=(self.n + _PAD - 7,), dtype="<u8", buffer=self.u8, strides=(1,))
 
@@ -273,7 +280,7 @@ class _Fields:
     f_wide: list[Bool]
 
 
-def _walk(b: _Bytes, start: I64, end: I64) -> _Fields:
+def _walk(b: TraceBytes, start: I64, end: I64) -> _Fields:
     """Decode the fields of every message ``[start[i], end[i])`` in lockstep."""
     out = _Fields([], [], [], [], [], [], [], [], [], [], [])
     pos = start.copy()
@@ -301,7 +308,7 @@ def _walk(b: _Bytes, start: I64, end: I64) -> _Fields:
     return out
 
 
-def _length_delimited(b: _Bytes, out: _Fields, *, live: I64, field: I64, p: I64, e: I64) -> I64:
+def _length_delimited(b: TraceBytes, out: _Fields, *, live: I64, field: I64, p: I64, e: I64) -> I64:
     ln, after = b.varint(p)
     if (ln > (e - after).clip(0).astype(np.uint64)).any():
         raise FastDecodeError("length-delimited field runs past the end of its message")
@@ -313,7 +320,7 @@ def _length_delimited(b: _Bytes, out: _Fields, *, live: I64, field: I64, p: I64,
     return after + ln_i
 
 
-def _mixed_step(b: _Bytes, out: _Fields, *, live: I64, field: I64, wire: I64, p: I64, e: I64) -> I64:
+def _mixed_step(b: TraceBytes, out: _Fields, *, live: I64, field: I64, wire: I64, p: I64, e: I64) -> I64:
     newp = np.empty_like(p)
     m0 = wire == 0
     if m0.any():
@@ -364,7 +371,7 @@ NODE_BATCH_BYTES = 1 << 21
 
 
 def _packed_varints(
-    b: _Bytes, owner: I64, start: I64, length: I64, *, batch_bytes: int = PACKED_BATCH_BYTES
+    b: TraceBytes, owner: I64, start: I64, length: I64, *, batch_bytes: int = PACKED_BATCH_BYTES
 ) -> tuple[I64, U64]:
     """Decode packed varint lists: (owner of each value, value).
 
@@ -424,7 +431,7 @@ def _packed_varints(
     return out_owner, out_val
 
 
-def _read_words(b: _Bytes, pos: I64, wide: Bool) -> U64:
+def _read_words(b: TraceBytes, pos: I64, wide: Bool) -> U64:
     w = b.word[pos]
     return np.where(wide, w, w & np.uint64(0xFFFFFFFF))
 
@@ -433,7 +440,7 @@ _HIGH_BITS = np.uint64(0x8080808080808080)
 _MASKS = np.array([(1 << (8 * k)) - 1 for k in range(8)] + [(1 << 64) - 1], dtype=np.uint64)
 
 
-def _name_parts(b: _Bytes, start: I64, length: I64) -> tuple[U64, U64]:
+def _name_parts(b: TraceBytes, start: I64, length: I64) -> tuple[U64, U64]:
     """First and last 8 bytes of each name (zero-masked beyond the name): exact for names <= 16 bytes."""
     first = b.word[start] & _MASKS[np.minimum(length, 8)]
     last = b.word[start + np.maximum(length - 8, 0)]
@@ -443,7 +450,7 @@ def _name_parts(b: _Bytes, start: I64, length: I64) -> tuple[U64, U64]:
 
 def _known_table() -> tuple[U64, I64, U64, I64]:
     raw = [n.encode() for n in KNOWN_ATTRS]
-    blob = _Bytes(b"".join(raw))
+    blob = TraceBytes(b"".join(raw))
     lengths = np.array([len(r) for r in raw], dtype=np.int64)
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
     first, last = _name_parts(blob, starts, lengths)
@@ -555,7 +562,7 @@ def _int_value(out: _Attrs, rows: I64, field: I64, raw: U64, wire0: Bool) -> Non
     out.is_int[rows[ok]] = True
 
 
-def _decode_attrs_generic(b: _Bytes, a_start: I64, a_end: I64) -> _Attrs:
+def _decode_attrs_generic(b: TraceBytes, a_start: I64, a_end: I64) -> _Attrs:
     """Any AttributeProto layout, by the lockstep walk."""
     out = _Attrs.empty(a_start.shape[0])
     af = _walk(b, a_start, a_end)
@@ -592,7 +599,7 @@ def _decode_attrs_generic(b: _Bytes, a_start: I64, a_end: I64) -> _Attrs:
     return out
 
 
-def _decode_attrs(b: _Bytes, a_start: I64, a_end: I64) -> _Attrs:
+def _decode_attrs(b: TraceBytes, a_start: I64, a_end: I64) -> _Attrs:
     """Attributes laid out as writers write them (name, then one value) in one pass; others walked.
 
     Works on whole arrays (no subsetting) so that the common case, where every attribute has that
@@ -659,12 +666,13 @@ def decode_file(
     path: str | Path,
     *,
     min_nodes: int = MIN_NODES,
-    data: bytes | None = None,
+    data: bytes | TraceBytes | None = None,
     batch_bytes: int | None = None,
     on_batch: Callable[[int], None] | None = None,
 ) -> RawColumns:
     """Decode one ``.et`` file into raw columns (raises :class:`FastDecodeError` on anything odd, and on
-    a file of fewer than ``min_nodes`` nodes; ``data``: the file's bytes where the caller has read them).
+    a file of fewer than ``min_nodes`` nodes; ``data``: the file's bytes where the caller has read them,
+    as :class:`TraceBytes` where it keeps them for the reference decoder).
 
     Nodes are decoded ``batch_bytes`` of messages at a time (a node is never split; by default
     ``NODE_BATCH_BYTES``) into columns of the file's node count, so what the decoder holds is the file's
@@ -673,15 +681,17 @@ def decode_file(
     p = Path(path)
     if data is None:
         data = read_trace_bytes(p)
-    b = _Bytes(data)
-    prefix_at, starts, sizes = split_messages(data, p, b)
+    b = data if isinstance(data, TraceBytes) else TraceBytes(data)
+    del data  # read through the padded copy: the bytes read are let go where the caller holds no other
+    view = b.view
+    prefix_at, starts, sizes = split_messages(view, p, b)
     if starts.size == 0:
         raise TraceFormatError(f"{p}: empty file, expected a Chakra GlobalMetadata message")
     if starts.size - 1 < min_nodes:
         raise FastDecodeError(f"{p}: {starts.size - 1} node(s), fewer than {min_nodes}: read per node")
-    gm = bytes(data[starts[0] : starts[0] + sizes[0]])
+    gm = bytes(view[starts[0] : starts[0] + sizes[0]])
     # int32 offsets where the file allows: half the memory traffic of every gather and comparison
-    idx_t = np.int32 if len(data) + _PAD < (1 << 31) else np.int64
+    idx_t = np.int32 if b.n + _PAD < (1 << 31) else np.int64
     n_start = starts[1:].astype(idx_t)
     n_end = n_start + sizes[1:].astype(idx_t)
     del starts, sizes
@@ -710,7 +720,7 @@ def decode_file(
     for name, col in strings.items():
         attr_has[name] = col.is_valid().to_numpy(zero_copy_only=False)
     meta_rows = np.flatnonzero(acc.node_type == 1)
-    metadata_msgs = [(int(r), bytes(data[n_start[r] : n_end[r]])) for r in meta_rows.tolist()]
+    metadata_msgs = [(int(r), bytes(view[n_start[r] : n_end[r]])) for r in meta_rows.tolist()]
     attr_lists = {a: (_cat(rows, np.int64), _cat(vals, np.int64)) for a, (rows, vals) in acc.lists.items()}
     return RawColumns(
         node_id=acc.node_id,
@@ -772,7 +782,7 @@ class _Columns:
         )
 
 
-def _decode_nodes(b: _Bytes, n_start: I64, n_end: I64, acc: _Columns, *, row0: int, idx_t: type) -> None:
+def _decode_nodes(b: TraceBytes, n_start: I64, n_end: I64, acc: _Columns, *, row0: int, idx_t: type) -> None:
     """Decode the nodes ``[n_start[i], n_end[i])`` (rows ``row0 + i``) into ``acc``."""
     n = acc.node_id.shape[0]
     fl = _walk(b, n_start, n_end)
@@ -891,7 +901,7 @@ def _decode_nodes(b: _Bytes, n_start: I64, n_end: I64, acc: _Columns, *, row0: i
 
 
 def _check_utf8(
-    b: _Bytes, start: I64, length: I64, first: U64 | None = None, last: U64 | None = None
+    b: TraceBytes, start: I64, length: I64, first: U64 | None = None, last: U64 | None = None
 ) -> None:
     """:class:`FastDecodeError` unless every byte range is UTF-8. A range of at most 16 bytes without a byte
     of 0x80 or more is ASCII, so UTF-8: that is read from its first and last 8 bytes (:func:`_name_parts`,
@@ -906,14 +916,14 @@ def _check_utf8(
         b.gather_strings(start[idx], length[idx])
 
 
-def _string_column(b: _Bytes, start: I64, length: I64, present: Bool) -> pa.Array:
+def _string_column(b: TraceBytes, start: I64, length: I64, present: Bool) -> pa.Array:
     """The ``string_val`` attribute at ``[start, start+length)`` of each row that has one (``present``) as one
     dictionary array, null in rows without."""
     strings = b.gather_strings(start, length).cast(pa.string())
     return pc.dictionary_encode(pc.if_else(pa.array(present), strings, pa.scalar(None, pa.string())))
 
 
-def _int64_lists(b: _Bytes, at: _Attrs, sel: I64, a_node: I64) -> tuple[I64, I64]:
+def _int64_lists(b: TraceBytes, at: _Attrs, sel: I64, a_node: I64) -> tuple[I64, I64]:
     """(row, value) of the ``int64_list`` attributes ``sel`` (rows ``a_node[sel]``), by row. Each Int64List
     must be one packed ``values`` field (what protobuf writes), and a node must carry the attribute once:
     anything else is left to the reference decoder. What is allocated is bounded by the bytes: a value

@@ -70,6 +70,7 @@ from skewlens.profiler.store.fast import (
     STRING_ATTRS,
     FastDecodeError,
     RawColumns,
+    TraceBytes,
     decode_file,
 )
 from skewlens.profiler.store.issues import (
@@ -349,7 +350,7 @@ def int64_of(v: int | float) -> int:
     return v - (1 << 64) if v >> 63 else v
 
 
-def decode_reference(path: str | Path, data: bytes | None = None) -> RawColumns:
+def decode_reference(path: str | Path, data: bytes | memoryview | None = None) -> RawColumns:
     """The per-node protobuf decoder: slow, but its errors name the exact byte offset of a bad message
     (``data``: the file's bytes where the caller has read them already)."""
     p = Path(path)
@@ -461,13 +462,19 @@ def decode(
         tell(raw.node_id.shape[0])
         return raw
     data = read_trace_bytes(p)  # once, for whichever decoder reads it
-    try:
-        if decoder == "reference":
-            raise FastDecodeError("reference decoder chosen")
-        raw = decode_file(p, min_nodes=MIN_NODES if decoder == "auto" else 0, data=data, on_batch=tell)
-    except FastDecodeError:
+    if decoder == "reference":
         raw = decode_reference(p, data)
-        tell(max(raw.node_id.shape[0] - told[0], 0))  # the vectorised decoder's batches were counted
+        tell(raw.node_id.shape[0])
+    else:
+        # the vectorised decoder's padded copy, kept for the reference one: the bytes read are let go, not
+        # held beside it (a 58 MiB rank was held twice while it was decoded)
+        buf = TraceBytes(data)
+        del data
+        try:
+            raw = decode_file(p, min_nodes=MIN_NODES if decoder == "auto" else 0, data=buf, on_batch=tell)
+        except FastDecodeError:
+            raw = decode_reference(p, buf.view)
+            tell(max(raw.node_id.shape[0] - told[0], 0))  # the vectorised decoder's batches were counted
     if key is not None and raw.node_id.shape[0] >= MIN_NODES:
         colcache.write(p, key, raw)
     return raw
