@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from skewlens.profiler.chakra_io import AttrValue, TraceNode, as_comm_node, pg_init_node, write_et
@@ -88,15 +88,24 @@ class RankBuilder:
         stream: int = 0,
         deps: tuple[int, ...] = (),
         launch_ns: int | None = None,
+        launched_in: int | None = None,
     ) -> int:
         """Add a COMP node; returns its id. With ``launch_ns``, a GPU kernel on CUDA stream ``stream``
-        launched by a call at that time (its launching host op among ``deps``)."""
+        launched by a call at that time (its launching host op among ``deps``). ``launched_in``: instead, the
+        host op (added before) that launched it and then synchronised on it (``.item()``'s copy), as a
+        capture writes it: ``skl_launched_in`` names that op, which gets a ctrl dep on this node."""
         gpu: dict[str, AttrValue] = (
             {Attr.IS_CPU_OP: False, Attr.LAUNCH_NS: launch_ns} if launch_ns is not None else {}
         )
-        return self._add(
+        if launched_in is not None:
+            gpu[Attr.LAUNCHED_IN] = launched_in
+        nid = self._add(
             name, NodeType.COMP, dur_ns=dur_ns, start_ns=start_ns, stream=stream, deps=deps, attrs=gpu
         )
+        if launched_in is not None:
+            k = next(k for k, n in enumerate(self.nodes) if n.node_id == launched_in)
+            self.nodes[k] = replace(self.nodes[k], ctrl_deps=(*self.nodes[k].ctrl_deps, nid))
+        return nid
 
     def collective(
         self,
