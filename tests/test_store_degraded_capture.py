@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import pytest
+
 from skewlens.profiler.manifest import (
     DEGRADED_NOTE_KINDS,
     RankNote,
@@ -100,3 +102,24 @@ def test_a_process_that_never_started_rpc_is_not_said_to_have_run_it() -> None:
 
     # this process made no init_rpc: were it said to, every rank's capture would carry that warning
     assert rpc_running() is False
+
+
+def test_a_run_whose_steps_several_optimizers_stepped_is_a_warning_of_check_and_of_profile_s_summary(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from skewlens.cli.profile import print_capture_warnings
+    from skewlens.profiler.manifest import STEP_MARKS_NOTE
+
+    # a GAN's two Adams: analyze and replay said which one marked the steps, while check said "OK (0
+    # warning(s))" and profile printed nothing of it
+    note = (
+        "2 optimizers stepped; a step ends at each step() of the first to step (Adam, 7 calls by the end of "
+        "the window; others: Adam 6): where a training step calls several, mark steps with the Python API"
+    )
+    run = _run(tmp_path, ends=(500, 500), notes={STEP_MARKS_NOTE: note})
+    assert [(i.kind, i.rank, i.message) for i in validate_run(run).warnings] == [
+        ("capture-note", None, f"steps: {note}")
+    ]
+    assert f"steps: {note}" in run_notes(load_run(run))
+    print_capture_warnings(read_manifest(run), run)
+    assert capsys.readouterr().err.splitlines() == [f"skewlens profile: warning: steps: {note}"]

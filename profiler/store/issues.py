@@ -498,14 +498,16 @@ def untraced_members_line(run: RunTrace, *, replay: bool) -> str | None:
 
 def capture_note_issues(m: Manifest, sink: IssueLog) -> None:
     """A warning per distinct note of the manifest's ``notes`` that says data was not recorded (with its
-    ranks), per rank whose trace is partial, and where the job stopped inside a step, which rank did not
-    arrive at which collective (:func:`stop_answer`): what ``skewlens check`` lists and ``skewlens profile``
-    prints after its summary."""
+    ranks), for the note that several optimizers stepped (which one marked the steps), per rank whose trace
+    is partial, and where the job stopped inside a step, which rank did not arrive at which collective
+    (:func:`stop_answer`): what ``skewlens check`` lists and ``skewlens profile`` prints after its summary."""
     notes = m.notes
     for note, rs in degraded_notes(notes).items():
         sink.warning("capture-note", f"{ranks_label(rs)}: {note}", rank=rs[0] if len(rs) == 1 else None)
     for note in whole_run_notes(notes):
         sink.warning("capture-note", note)
+    if STEP_MARKS_NOTE in notes:  # several optimizers stepped (analyze and replay said so)
+        sink.warning("capture-note", f"steps: {notes[STEP_MARKS_NOTE]}")
     stops = {s.rank: s for s in m.stopped}
     for r, note in sorted(partial_traces(notes).items()):
         unfinished = unfinished_step(stops.get(r))
