@@ -758,8 +758,10 @@ def test_a_capture_that_ends_inside_a_step_names_it_and_each_ranks_collectives_s
     _captured_answer(tmp_path, EXITS.replace("EXIT", exit_by), "step 3 did not finish: rank 1 did not arrive")
     run = tmp_path / "run"
     assert {s.rank: s.collectives_started for s in read_manifest(run).stopped} == {0: 3, 1: 2}
+    # the command failed (exit code, signal): the steps the rank marked, and no skipped optimizer.step() said
     ended = "rank {}: partial trace: saved 1 of 3 steps at exit (the command ended before the capture window "
-    ended += "did)"
+    ended += "did: the rank marked 3 steps, 0-2, one at each optimizer.step(), and the window's steps are "
+    ended += "2-4)"
     said = [
         f"{ended.format(0)}: step 3 did not finish (3 collectives started in it are not in the trace)",
         f"{ended.format(1)}: step 3 did not finish (2 collectives started in it are not in the trace)",
@@ -768,3 +770,82 @@ def test_a_capture_that_ends_inside_a_step_names_it_and_each_ranks_collectives_s
     assert warned == [f"{line}, and the steps after it are not in its trace" for line in said]
     for lenient in (False, True):
         assert [n for n in run_notes(load_run(run, lenient=lenient)) if n.startswith("rank ")] == said
+
+
+def _parts_of_a_window_that_never_ended(run: Path, *, marks: str) -> None:
+    """Two ranks' part files as a loop that skips every 3rd ``optimizer.step()`` leaves them (8 iterations,
+    ``--steps 1:1:5``): 6 steps marked, steps 2-5 saved at exit, in no step when it ended."""
+    import json
+
+    from skewlens.profiler.capture.session import part_file
+    from skewlens.profiler.chakra_io import EtWriter
+    from skewlens.profiler.manifest import rank_file
+
+    for r in (0, 1):
+        with EtWriter(rank_file(run, r), {"rank": r, "world_size": 2}):
+            pass
+        part_file(run, r).parent.mkdir(parents=True, exist_ok=True)
+        part = {
+            "rank": r,
+            "world_size": 2,
+            "host": "h",
+            "device": "cpu",
+            "process_groups": [{"name": "0", "ranks": [0, 1], "desc": "default_pg"}],
+            "steps": [
+                {"step": s, "start_ns": T0 + s * MS, "end_ns": T0 + (s + 1) * MS} for s in (2, 3, 4, 5)
+            ],
+            "partial": True,
+            "notes": {},
+            "level": "collectives",
+            "window": {"wait": 1, "warmup": 1, "active": 5},
+            "stopped": {
+                "rank": r,
+                "step": 6,
+                "step_start_ns": T0 + 6 * MS,
+                "saved_ns": T0 + 7 * MS,
+                "collectives_started": 0,
+            },
+            "step_marks": marks,
+        }
+        part_file(run, r).write_text(json.dumps(part))
+
+
+@pytest.mark.parametrize(
+    ("marks", "code", "why"),
+    [
+        (
+            "optimizer",
+            0,
+            (
+                "the rank marked 6 steps, 0-5, one at each optimizer.step(), and the window's steps are 2-6; "
+                "an iteration whose optimizer.step() did not run, a GradScaler's skip, marks no step"
+            ),
+        ),
+        (
+            "optimizer",
+            1,
+            "the rank marked 6 steps, 0-5, one at each optimizer.step(), and the window's steps are 2-6",
+        ),
+        ("program", 0, "the rank marked 6 steps, 0-5, with cap.step(), and the window's steps are 2-6"),
+    ],
+    ids=["skipped-step", "failed-command", "cap.step"],
+)
+def test_a_partial_trace_says_how_many_steps_the_rank_marked_against_the_window_s(
+    tmp_path: Path, marks: str, code: int, why: str
+) -> None:
+    from skewlens.profiler.capture.run import finalize_run
+    from skewlens.profiler.manifest import StepWindow
+    from skewlens.profiler.vocab import Level
+
+    # a GradScaler-like loop ran all 8 iterations it meant to, 2 of them without optimizer.step(): it was
+    # told only "(the command ended before the capture window did)"
+    run = tmp_path / "run"
+    _parts_of_a_window_that_never_ended(run, marks=marks)
+    window = StepWindow(wait=1, warmup=1, active=5)
+    assert finalize_run(run, level=Level.COLLECTIVES, window=window, exit_code=code) is not None
+    line = "rank {}: partial trace: saved 4 of 5 steps at exit (the command ended before the capture window "
+    line += "did: "
+    said = [f"{line.format(r)}{why})" for r in (0, 1)]
+    warned = [i.message for i in validate_run(run).warnings if i.kind == "partial-trace"]
+    assert warned == [f"{s}: the steps after those are not in its trace" for s in said]
+    assert [n for n in run_notes(load_run(run)) if n.startswith("rank ")] == said

@@ -426,6 +426,30 @@ def _ranks_of_hosts(parts: dict[int, dict], world: int) -> dict[str, int]:
     return out
 
 
+def _partial_note(part: dict, window: StepWindow, *, clean: bool) -> str:
+    """The note of a rank that saved a partial trace at exit: how many of the window's steps it saved, then
+    (after ``; ``, which the reports put inside their "the command ended before the capture window did")
+    how many steps the rank marked and how, beside the window's steps. Before, the line blamed the command's
+    end alone, where a GradScaler-like loop whose skipped ``optimizer.step()`` marks no step had marked 6
+    steps for a window of 2-6 and ran every iteration it meant to. ``clean``: the command exited 0 (what
+    else ended it, a crash, a kill, an exception, is the likelier reason, and no skipped step is said)."""
+    w = part.get("window")
+    win = StepWindow(**w) if isinstance(w, dict) else window
+    head = f"{PARTIAL_TRACE_NOTE}: saved {len(part.get('steps', []))} of {win.active} steps at exit"
+    stop = part.get("stopped")
+    if not isinstance(stop, dict) or not isinstance(marked := stop.get("step"), int) or marked < 1:
+        return head  # a part written before skewlens recorded where it stopped
+    first, last = win.wait + win.warmup, win.wait + win.warmup + win.active - 1
+    steps = f"{counted(marked, 'step')}, {'0' if marked == 1 else f'0-{marked - 1}'},"
+    window_steps = f"steps are {first}-{last}" if last > first else f"step is {first}"
+    if part.get("step_marks") == "program":
+        return f"{head}; the rank marked {steps} with cap.step(), and the window's {window_steps}"
+    said = f"{head}; the rank marked {steps} one at each optimizer.step(), and the window's {window_steps}"
+    if not clean or stop.get("raised"):
+        return said
+    return f"{said}; an iteration whose optimizer.step() did not run, a GradScaler's skip, marks no step"
+
+
 def _what_ran_here(ran_here: dict[str, int], world: int) -> str:
     """``this directory's host ran 1 rank of its 3``: what the hosts that saved here ran of the job's
     ranks, each host by its own count (hosts may differ in size)."""
@@ -582,9 +606,7 @@ def _merge(
     for r, p in sorted(parts.items()):
         notes.update({str(k): str(v) for k, v in p.get("notes", {}).items()})
         if p.get("partial"):
-            notes[rank_note_key(r)] = (
-                f"{PARTIAL_TRACE_NOTE}: saved {len(p.get('steps', []))} of {window.active} steps at exit"
-            )
+            notes[rank_note_key(r)] = _partial_note(p, window, clean=exit_code == 0)
         steps.extend(StepSpan(rank=r, **s) for s in p.get("steps", []))
     from skewlens import __version__
 

@@ -835,6 +835,8 @@ class CaptureSession:
         }
         if stopped is not None:
             part["stopped"] = {"rank": rank, **stopped}
+            # what marked its steps, which the note of its partial trace names (run._partial_note)
+            part["step_marks"] = "optimizer" if self._opt_handles and not self.marks_by_hand else "program"
         _write_json_atomic(part_file(self.run_dir, rank), part)
         return path
 

@@ -518,8 +518,11 @@ def capture_note_issues(m: Manifest, sink: IssueLog) -> None:
 
 
 def _partial_line(rank: int, note: str) -> str:
-    """How the run's notes and ``skewlens check`` begin the line of a rank whose trace is partial."""
-    return f"rank {rank}: {note} (the command ended before the capture window did)"
+    """How the run's notes and ``skewlens check`` begin the line of a rank whose trace is partial: the
+    note's steps saved, then why, with what the note says after ``; `` of the steps the rank marked."""
+    head, _, marked = note.partition("; ")
+    why = f"the command ended before the capture window did{f': {marked}' if marked else ''}"
+    return f"rank {rank}: {head} ({why})"
 
 
 def unfinished_step(stop: RankStop | None) -> str:
