@@ -441,9 +441,12 @@ def test_a_rank_that_steps_no_optimizer_is_said_to_have_marked_no_step_not_to_ha
     assert res.returncode == 2
     m = read_manifest(out)
     assert m.missing_ranks == (1,) and sorted({s.step for s in m.steps}) == [2, 3]
+    # before, it named only reward and teacher ranks, and cap.step() with no word of how to get a cap
     assert m.notes["rank 1"].startswith(
         "trace not saved: this rank marked no step: it stepped no optimizer, and only optimizer.step() marks "
-        "steps; a rank that trains nothing of its own"
+        "steps; a rank that trains nothing of its own (a reward model's or a teacher's inference for the "
+        "others), or one that updates its parameters without an optimizer, marks its steps with the Python "
+        "API: `with capture(RUN_DIR) as cap:` around its loop, cap.step() at the end of each step ("
     )
     assert "skewlens profile: error: rank 1: trace not saved: this rank marked no step" in res.stderr
     # before: "skewlens analyze --lenient reads them", where analyze reads them as they are (a warning)

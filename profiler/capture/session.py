@@ -968,7 +968,9 @@ class CaptureSession:
             return (
                 "this rank marked no step: it stepped no optimizer, and only optimizer.step() marks steps; a "
                 "rank that trains nothing of its own (a reward model's or a teacher's inference for the "
-                f"others) marks its steps with the Python API (cap.step(), {doc('docs/capture.md')})"
+                "others), or one that updates its parameters without an optimizer, marks its steps with the "
+                "Python API: `with capture(RUN_DIR) as cap:` around its loop, cap.step() at the end of each "
+                f"step ({doc('docs/capture.md')})"
             )
         if self._first_optimizer not in self._optimizer_steps:
             return None
