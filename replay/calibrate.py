@@ -70,7 +70,7 @@ from skewlens.replay.effects import NO_EFFECTS
 from skewlens.replay.errors import ConfigError, ReplayError
 from skewlens.replay.lower import collective_bytes, group_members, lower
 from skewlens.replay.network.algorithms import ALGORITHMS
-from skewlens.replay.network.topology import Dimension, Topology
+from skewlens.replay.network.topology import Dimension, Topology, TopologyError, config_message
 
 F64 = npt.NDArray[np.float64]
 
@@ -289,6 +289,8 @@ class _Design:
     def spanned(self, t: Transfer) -> tuple[int, ...]:
         try:
             return self.base.spanned(t.ranks)
+        except TopologyError as e:
+            raise ConfigError(config_message(e)) from None
         except ValueError as e:
             raise ConfigError(f"topology: {e}") from None
 

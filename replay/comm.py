@@ -37,7 +37,7 @@ from skewlens.replay.network.algorithms import (
     p2p_time_ns,
     ring_exchange_load,
 )
-from skewlens.replay.network.topology import Topology, TopologyError, ring_arcs
+from skewlens.replay.network.topology import Topology, TopologyError, config_message, ring_arcs
 
 #: Per dimension of a topology, a network slowdown's ``(bandwidth factor, extra latency ns)`` on its links.
 Adjust = tuple[tuple[float, int], ...]
@@ -123,7 +123,7 @@ class ModelTiming:
         try:
             return self.topology.spanned(ranks)
         except TopologyError as e:
-            raise ConfigError(f"topology: {e}") from None
+            raise ConfigError(config_message(e)) from None
 
     def _adjust(self, ranks: Sequence[int], step: int) -> tuple[float, int]:
         return self.net.comm_adjust(ranks, step) if self.net is not None else (1.0, 0)

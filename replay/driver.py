@@ -26,7 +26,7 @@ from skewlens.progress import NO_PROGRESS, Progress
 from skewlens.replay.calibrate import POOR_FIT_R2
 from skewlens.replay.config import ReplayConfig
 from skewlens.replay.errors import ConfigError
-from skewlens.replay.network.topology import Topology
+from skewlens.replay.network.topology import Topology, TopologyError, config_message
 from skewlens.replay.outputs import (
     CONFIG_YAML,
     SUMMARY_PARQUET,
@@ -86,7 +86,10 @@ def load_trace(
 
 def _node_of(topo: Topology, rank: int) -> int:
     """The node ``rank`` is placed on, as network slowdowns' ``nodes`` name it (a 1-D topology: the rank)."""
-    c = topo.coords(rank)
+    try:
+        c = topo.coords(rank)
+    except TopologyError as e:  # node_of_rank gives the rank no node, or too many ranks its node
+        raise ConfigError(config_message(e)) from None
     return c[1] if len(c) > 1 else c[0]
 
 
@@ -132,10 +135,12 @@ def check_fits(topo: Topology, run: RunTrace, cfg: ReplayConfig) -> None:
     cap = topo.capacity
     if cap and run.world_size > cap:
         made = f" (scale.dp={cfg.scale.dp})" if cfg.scale.dp else ""
+        # the sizes by the keys a user sets (before, a topology.dims.0.size=1 that made too few went unsaid)
+        sizes = ", ".join(f"topology.dims.{i}.size={d.size}" for i, d in enumerate(topo.dims))
         raise ConfigError(
-            f"topology={topo.name}: {cap} rank slots, and the replayed run has {run.world_size} ranks{made}; "
-            "choose a larger topology, or a topology file whose outermost dimension has size 0 (as many as "
-            "the ranks need)"
+            f"topology={topo.name}: {cap} rank slots ({sizes}), and the replayed run has {run.world_size} "
+            f"ranks{made}; choose a larger topology or sizes, or a topology file whose outermost dimension "
+            "has size 0 (as many as the ranks need)"
         )
 
 

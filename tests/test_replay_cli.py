@@ -987,12 +987,13 @@ def test_hydras_flags_may_come_before_between_or_after_the_overrides(
         (  # was Hydra's traceback around TopologyError
             ["topology=two_node_ib", "comm_mode=model", "scale.dp=16"],
             (
-                "topology=two_node_ib: 8 rank slots, and the replayed run has 16 ranks (scale.dp=16); choose "
-                "a larger topology, or a topology file whose outermost dimension has size 0 (as many as the "
-                "ranks need)"
+                "topology=two_node_ib: 8 rank slots (topology.dims.0.size=4, topology.dims.1.size=2), and "
+                "the replayed run has 16 ranks (scale.dp=16); choose a larger topology or sizes, or a "
+                "topology file whose outermost dimension has size 0 (as many as the ranks need)"
             ),
         ),
-        (  # as recorded, the ranks are placed on the topology all the same where a slowdown names nodes
+        (  # as recorded, the ranks are placed on the topology all the same where a slowdown names nodes;
+            # before, the override that made the slots too few went unsaid ("2 rank slots, and ...")
             [
                 "topology=two_node_ib",
                 "topology.dims.0.size=1",
@@ -1001,10 +1002,39 @@ def test_hydras_flags_may_come_before_between_or_after_the_overrides(
                 "+slowdown.entries.0.nodes=[1]",
             ],
             (
-                "topology=two_node_ib: 2 rank slots, and the replayed run has 4 ranks; choose a larger "
-                "topology, or a topology file whose outermost dimension has size 0 (as many as the ranks "
-                "need)"
+                "topology=two_node_ib: 2 rank slots (topology.dims.0.size=1, topology.dims.1.size=2), and "
+                "the replayed run has 4 ranks; choose a larger topology or sizes, or a topology file whose "
+                "outermost dimension has size 0 (as many as the ranks need)"
             ),
+        ),
+        (  # before: "topology: node_of_rank: no node given for rank 1", where others name the key dotted
+            ["topology=two_node_ib", "comm_mode=model", "topology.node_of_rank=[0]"],
+            (
+                "topology.node_of_rank: no node given for rank 1: it lists the nodes of the first 1 rank(s), "
+                "and each rank placed needs one"
+            ),
+        ),
+        (  # placed for a network slowdown's nodes, it said "node_of_rank: ..." with no "topology" at all
+            [
+                "topology=two_node_ib",
+                "topology.node_of_rank=[0,1]",
+                "slowdown=slow_link",
+                "slowdown.entries.0.links=[]",
+                "+slowdown.entries.0.nodes=[1]",
+            ],
+            (
+                "topology.node_of_rank: no node given for rank 2: it lists the nodes of the first 2 rank(s), "
+                "and each rank placed needs one"
+            ),
+        ),
+        (
+            [
+                "topology=two_node_ib",
+                "comm_mode=model",
+                "topology.node_of_rank=[0,0,0,0]",
+                "topology.dims.0.size=2",
+            ],
+            "topology.node_of_rank: node 0 holds more than 2 ranks",
         ),
     ],
 )

@@ -19,6 +19,7 @@ names a rank's link: the analytic costs divide a link's bandwidth between the me
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -50,6 +51,19 @@ class TopologyError(ConfigError, ValueError):
     """A topology is inconsistent (bad size, bandwidth, placement); the message names the field. A
     :class:`ConfigError`, so that a :class:`Topology` built in Python fails as every skewlens error does (it
     was a bare ``ValueError``, which ``except SkewlensError`` let through); still a ``ValueError``."""
+
+
+def config_message(e: TopologyError) -> str:
+    """``e``'s message as the replay's settings name its key: ``topology.node_of_rank: ...`` where it begins
+    with a key of the topology (what the user typed: ``topology.node_of_rank=[0,1]``), else ``topology:
+    ...``. Before, where the ranks were placed, it said ``topology: node_of_rank: ...`` (and, placed for a
+    network slowdown's nodes, ``node_of_rank: ...``), where the settings' other messages name it dotted."""
+    msg = str(e)
+    return f"topology.{msg}" if _KEYED.match(msg) else f"topology: {msg}"
+
+
+#: A :class:`TopologyError` message that begins with the key it is about (:func:`config_message`).
+_KEYED = re.compile(r"(?:node_of_rank|placement|dims(?:\[\d+\]\.\w+)?): ")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -159,7 +173,11 @@ class Topology:
         sizes = [d.size for d in self.dims]
         if self.node_of_rank:
             if rank >= len(self.node_of_rank):
-                raise TopologyError(f"node_of_rank: no node given for rank {rank}")
+                given = len(self.node_of_rank)
+                raise TopologyError(
+                    f"node_of_rank: no node given for rank {rank}: it lists the nodes of the first {given} "
+                    "rank(s), and each rank placed needs one"
+                )
             node = self.node_of_rank[rank]
             slot = sum(1 for r in range(rank) if self.node_of_rank[r] == node)
             if slot >= sizes[0]:
