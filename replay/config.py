@@ -17,7 +17,7 @@ from omegaconf import MISSING, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from skewlens.profiler.store.issues import counted
-from skewlens.replay.errors import ConfigError, first_line
+from skewlens.replay.errors import ConfigError, first_line, shown
 from skewlens.replay.network.algorithms import ALGORITHMS
 from skewlens.replay.network.topology import Dimension, Topology, TopologyError
 from skewlens.replay.simulate import COMM_MODES
@@ -40,9 +40,7 @@ def check_built(key: str, value: object, schema: type) -> None:
     dict (as its YAML holds it) was an ``AttributeError`` (``'dict' object has no attribute
     'contention'``) on first use. Hydra builds every one (``OmegaConf.to_object``)."""
     if not isinstance(value, schema):
-        shown = repr(value)
-        shown = shown if len(shown) <= 60 else shown[:59] + "…"
-        raise ConfigError(f"{key}: expected a {schema.__name__}, got {type(value).__name__} {shown}")
+        raise ConfigError(f"{key}: expected a {schema.__name__}, got {shown(value)}")
 
 
 def holds_no(schema: typing.Any, group: str) -> str:

@@ -16,6 +16,13 @@ def missing_value(key: str) -> str:
     return f"{key}: missing value (give it on the command line, e.g. {key}=...)"
 
 
+def shown(value: object) -> str:
+    """``value``'s type and repr, the repr cut to 60 characters: what was given, in an error saying it is not
+    what a setting or argument takes."""
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 60 else text[:59] + '…'}"
+
+
 def first_line(e: BaseException) -> str:
     """The first line of what ``e`` says (OmegaConf's and Hydra's errors run to several: the full key, the
     object type), else its type's name where it says nothing: the one line a refusal quotes."""

@@ -25,11 +25,11 @@ from skewlens.progress import NO_PROGRESS, Progress
 from skewlens.replay.comm import AsRecorded, ModelTiming
 from skewlens.replay.core import DeadlockError, Graph, Outcome, Preds, binding_segments, run
 from skewlens.replay.effects import NO_EFFECTS, Effects, NetworkEffects
-from skewlens.replay.errors import MAX_SIM_NS, SIM_CLOCK, ConfigError, ReplayError
+from skewlens.replay.errors import MAX_SIM_NS, SIM_CLOCK, ConfigError, ReplayError, shown
 from skewlens.replay.execution import ExecutionModel, awaited_arrivals, clock_note, execution_model
 from skewlens.replay.lower import KIND_FIXED, KIND_SYNC, CommTiming, Lowered, lower, prepare, rank_index
 from skewlens.replay.network.topology import Topology
-from skewlens.replay.slowdown import SlowdownModel
+from skewlens.replay.slowdown import Slowdown, SlowdownModel
 from skewlens.replay.targets import check_slowdown_targets, run_steps
 
 I64 = npt.NDArray[np.int64]
@@ -263,6 +263,31 @@ def check_effects(run: RunTrace, effects: Effects) -> None:
         check_slowdown_targets(effects.items, run, node_of, steps, where="effects.items")
 
 
+def check_kinds(topology: object, effects: object) -> None:
+    """A :class:`ConfigError` naming ``topology`` or ``effects`` where one built in Python is not what a
+    replay takes (a :class:`Topology` or None; a :class:`SlowdownModel` or other :class:`Effects`), with what
+    to pass instead: a list of :class:`Slowdown` items, the README's ``SlowdownModel([...])`` without its
+    wrapper, was ``AttributeError: 'list' object has no attribute 'compute_factor'`` from inside the
+    lowering, as were a ``TopologyConfig``, a ``SlowdownConfig`` or a preset's name."""
+    if topology is not None and not isinstance(topology, Topology):
+        hint = (
+            ": pass its .to_topology()"
+            if hasattr(topology, "to_topology")
+            else ": build one, Topology(name=..., dims=(Dimension(...),))"
+        )
+        raise ConfigError(f"topology: expected a Topology, got {shown(topology)}{hint}")
+    if not isinstance(effects, Effects):
+        if hasattr(effects, "to_items"):
+            hint = ": pass SlowdownModel(its .to_items())"
+        elif isinstance(effects, Slowdown) or (
+            isinstance(effects, list | tuple) and all(isinstance(i, Slowdown) for i in effects)
+        ):
+            hint = ": wrap the items, SlowdownModel([Slowdown(...), ...])"
+        else:
+            hint = " (none: leave effects out)" if effects is None else ""
+        raise ConfigError(f"effects: expected a SlowdownModel, got {shown(effects)}{hint}")
+
+
 def _checked_timing(
     caller: str,
     run_trace: RunTrace,
@@ -278,6 +303,7 @@ def _checked_timing(
     against it (:func:`check_effects`)."""
     if (problem := not_a_run(run_trace)) is not None:
         raise ReplayError(f"{caller}: {problem}")
+    check_kinds(topology, effects)
     check_effects(run_trace, effects)
     return make_timing(
         comm_mode,

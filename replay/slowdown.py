@@ -50,7 +50,7 @@ from numbers import Integral, Real
 
 from skewlens.profiler.vocab import NodeType
 from skewlens.replay.effects import OnDim
-from skewlens.replay.errors import MAX_SIM_NS, SIM_CLOCK, ConfigError
+from skewlens.replay.errors import MAX_SIM_NS, SIM_CLOCK, ConfigError, shown
 
 KINDS = ("compute", "op", "jitter", "stall", "comm_delay", "host_idle", "network")
 #: The kinds whose ``factor`` may be 0: it takes away what they scale (the untraced host time, the time of
@@ -316,6 +316,10 @@ class SlowdownModel:
 
     def __init__(self, items: Sequence[Slowdown], node_of: Callable[[int], int] | None = None) -> None:
         self.items = tuple(items)
+        for k, item in enumerate(self.items):  # a dict (as YAML holds one) was an AttributeError at replay
+            if not isinstance(item, Slowdown):
+                hint = ": pass its .to_slowdown()" if hasattr(item, "to_slowdown") else ""
+                raise ConfigError(f"items[{k}]: expected a Slowdown, got {shown(item)}{hint}")
         self.node_of = node_of
 
     def __repr__(self) -> str:

@@ -575,6 +575,42 @@ def test_a_path_given_where_a_loaded_run_is_meant_is_refused_saying_to_load_it(t
     )
 
 
+def test_slowdown_items_or_config_classes_given_where_simulate_takes_its_models_are_refused_naming_them(
+    tmp_path: Path,
+) -> None:
+    # simulate(run, effects=[Slowdown(...)]) (the README's SlowdownModel([...]) without its wrapper), a
+    # SlowdownConfig, a TopologyConfig or a preset's name were AttributeErrors from inside the lowering
+    # ("'list' object has no attribute 'compute_factor'", "'TopologyConfig' object has no attribute 'sized'")
+    run = load_validated(straggler_run(tmp_path))
+    item = Slowdown(kind="compute", ranks=(0,), factor=4.0)
+    got = "expected a SlowdownModel, got"
+    wrong: list[tuple[dict[str, Any], str]] = [
+        ({"effects": [item]}, rf"^effects: {got} list \[Slowdown\(.*: wrap the items, "),
+        ({"effects": item}, rf"^effects: {got} Slowdown .*: wrap the items, "),
+        (
+            {"effects": SlowdownConfig()},
+            rf"^effects: {got} SlowdownConfig .*: pass SlowdownModel\(its \.to_items",
+        ),
+        ({"effects": None}, rf"^effects: {got} NoneType None \(none: leave effects out\)$"),
+        ({"topology": "switch"}, r"^topology: expected a Topology, got str 'switch': build one, Topology\("),
+    ]
+    dims = [DimensionConfig(kind="switch", size=0, bandwidth_gbps=25.0, latency_ns=1)]
+    cfg = TopologyConfig(name="sw", dims=dims)
+    wrong.append(
+        ({"topology": cfg}, r"^topology: expected a Topology, got TopologyConfig .*: pass its \.to_topology")
+    )
+    for kwargs, message in wrong:
+        for replay in (simulate, Simulator):
+            with pytest.raises(ConfigError, match=message):
+                replay(run, comm_mode="model" if "topology" in kwargs else "as_recorded", **kwargs)
+    dict_item = r"^items\[1\]: expected a Slowdown, got dict \{'kind': 'compute'\}$"
+    with pytest.raises(ConfigError, match=dict_item):
+        SlowdownModel([item, {"kind": "compute"}])  # type: ignore[list-item]
+    # what they meant: rank 0's 1 ms of compute 4 ms, now the later of the two by 1 ms
+    assert simulate(run).step_time_ns(1) == 3 * MS + MS // 5
+    assert simulate(run, effects=SlowdownModel([item])).step_time_ns(1) == 4 * MS + MS // 5
+
+
 def test_the_replays_tables_given_a_path_or_something_else_than_a_result_say_so(tmp_path: Path) -> None:
     # summarize("runs/x", res) and timeline_table("runs/x", res, [0]), the README's tables in memory, were
     # "AttributeError: 'str' object has no attribute 'run_dir'"
