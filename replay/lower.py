@@ -33,6 +33,7 @@ from typing import Protocol, cast
 import numpy as np
 import numpy.typing as npt
 
+from skewlens.profiler.store.issues import rank_ranges
 from skewlens.profiler.store.model import (
     CollectiveInstance,
     P2PPair,
@@ -273,6 +274,7 @@ class Lowering:
         ranks again. The named ranks' values are written over :attr:`lowered`'s own columns and the
         earlier ones written back when the block ends, however it ends (copies of the whole-run columns
         would take 66 MiB more on the 32-rank GPU run): one what-if at a time."""
+        check_override_ranks(self.run, dur_override, gap_override)
         low = self.lowered
         changed = [
             i for i, r in enumerate(low.ranks) if r in (dur_override or {}) or r in (gap_override or {})
@@ -403,6 +405,7 @@ def prepare(
     model: ExecutionModel | None = None,
 ) -> Lowering:
     """:func:`lower`, keeping what :meth:`Lowering.retimed` needs to re-time some ranks."""
+    check_override_ranks(run, dur_override, gap_override)
     em = model if model is not None else execution_model(run)
     ranks = tuple(sorted(run.ranks))
     sizes = [len(run.ranks[r]) for r in ranks]
@@ -881,6 +884,21 @@ def csr(s_src: I64, s_dst: I64, nseg: int) -> tuple[I64, I64]:
     ptr = np.zeros(nseg + 1, dtype=np.int64)
     np.cumsum(np.bincount(s_src, minlength=nseg), out=ptr[1:])
     return ptr, s_dst[order]
+
+
+def check_override_ranks(
+    run: RunTrace,
+    dur_override: Mapping[int, npt.ArrayLike] | None,
+    gap_override: Mapping[int, npt.ArrayLike] | None,
+) -> None:
+    """A :class:`ConfigError` naming ``dur_override`` / ``gap_override`` where one names a rank with no trace
+    in ``run``: its values were never read, and the replay came back as if it had not been given."""
+    for what, ov in (("dur_override", dur_override), ("gap_override", gap_override)):
+        for r in ov or ():
+            if r not in run.ranks:
+                raise ConfigError(
+                    f"{what}: rank {r!r} has no trace in the run (traced: {rank_ranges(sorted(run.ranks))})"
+                )
 
 
 def _checked_override(ov: npt.ArrayLike, n: int, rank: int, what: str) -> I64:

@@ -611,6 +611,26 @@ def test_slowdown_items_or_config_classes_given_where_simulate_takes_its_models_
     assert simulate(run, effects=SlowdownModel([item])).step_time_ns(1) == 4 * MS + MS // 5
 
 
+def test_an_override_of_a_rank_the_run_lacks_is_refused_naming_it_not_replayed_as_if_not_given(
+    tmp_path: Path,
+) -> None:
+    # simulate(run, dur_override={9: ...}) on 2 ranks (or a rank's key given as the string "1") read no value
+    # of it and came back as recorded, as if no override had been given
+    run = load_validated(straggler_run(tmp_path))
+    none = np.zeros(len(run.ranks[1]), dtype=np.int64)
+    with pytest.raises(ConfigError, match=r"^dur_override: rank 9 has no trace in the run \(traced: 0-1\)$"):
+        simulate(run, dur_override={9: none})
+    sim = Simulator(run)
+    with pytest.raises(
+        ConfigError, match=r"^gap_override: rank '1' has no trace in the run \(traced: 0-1\)$"
+    ):
+        sim.simulate(gap_override={"1": none})  # type: ignore[dict-item]
+    # rank 1's nodes all taking no time: its 3 ms of compute gone, rank 0's 1 ms the later arrival
+    assert simulate(run).step_time_ns(1) == 3 * MS + MS // 5
+    assert simulate(run, dur_override={1: none}).step_time_ns(1) == MS + MS // 5
+    assert sim.simulate(dur_override={1: none}).step_time_ns(1) == MS + MS // 5
+
+
 def test_the_replays_tables_given_a_path_or_something_else_than_a_result_say_so(tmp_path: Path) -> None:
     # summarize("runs/x", res) and timeline_table("runs/x", res, [0]), the README's tables in memory, were
     # "AttributeError: 'str' object has no attribute 'run_dir'"
