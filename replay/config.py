@@ -12,6 +12,7 @@ import dataclasses
 import difflib
 import typing
 from dataclasses import dataclass, field
+from numbers import Real
 
 from omegaconf import MISSING, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -93,6 +94,15 @@ def _value_problem(setting: typing.Any, key: str, value: object) -> str | None:
     return None
 
 
+def _as(kind: type[float] | type[int], value: typing.Any) -> typing.Any:
+    """``value`` as ``kind`` (``float``, ``int``) where it is a number, else as it is, for the check of the
+    class it is given to to name: ``float("fast")`` and ``int("5us")`` of a config built in Python were
+    ValueErrors (``could not convert string to float: 'fast'``), and ``float("25")`` took a string."""
+    return (
+        kind(typing.cast(float, value)) if isinstance(value, Real) and not isinstance(value, bool) else value
+    )
+
+
 @dataclass(kw_only=True)
 class DimensionConfig:
     """One dimension of a topology (innermost first)."""
@@ -155,10 +165,10 @@ class TopologyConfig:
                     Dimension(
                         kind=d.kind,
                         size=d.size,
-                        bandwidth_gbps=float(d.bandwidth_gbps),
-                        latency_ns=int(d.latency_ns),
-                        oversubscription=float(d.oversubscription),
-                        links_per_node=int(d.links_per_node),
+                        bandwidth_gbps=_as(float, d.bandwidth_gbps),
+                        latency_ns=_as(int, d.latency_ns),
+                        oversubscription=_as(float, d.oversubscription),
+                        links_per_node=_as(int, d.links_per_node),
                     )
                 )
             except TopologyError as e:

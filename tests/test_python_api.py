@@ -32,6 +32,7 @@ from skewlens.profiler.vocab import CommType
 from skewlens.replay.config import DimensionConfig, ReplayConfig, SlowdownConfig, TopologyConfig
 from skewlens.replay.driver import replay_run
 from skewlens.replay.errors import ConfigError, ReplayError
+from skewlens.replay.network.topology import Dimension
 from skewlens.replay.outputs import timeline_table
 from skewlens.replay.simulate import SimResult, Simulator, simulate
 from skewlens.replay.slowdown import Slowdown, SlowdownModel
@@ -464,6 +465,33 @@ def test_a_slowdown_number_given_as_a_string_is_refused_naming_its_field() -> No
         value = kw[field]
         assert str(e.value) == f"slowdown item (kind={kw['kind']}): {field} must be a number, got {value!r}"
     assert Slowdown(kind="compute", factor=2).factor == 2
+
+
+def test_a_topology_number_given_as_a_string_is_refused_naming_its_field_as_the_command_line_does() -> None:
+    # DimensionConfig(bandwidth_gbps="fast") in a ReplayConfig was "ValueError: could not convert string to
+    # float: 'fast'", size="8" "TypeError: '<' not supported between instances of 'str' and 'int'", and
+    # bandwidth_gbps="25" or size=2.5 were taken; the command line refuses each (topology.dims.0.size=2.5:
+    # "Value '2.5' of type 'float' could not be converted to Integer")
+    for kw, problem in (
+        ({"bandwidth_gbps": "fast"}, "bandwidth_gbps: must be a number, got 'fast'"),
+        ({"bandwidth_gbps": "25"}, "bandwidth_gbps: must be a number, got '25'"),
+        ({"latency_ns": "5us"}, "latency_ns: must be a number, got '5us'"),
+        ({"size": "8"}, "size: must be an integer, got '8'"),
+        ({"size": 2.5}, "size: must be an integer, got 2.5"),
+        ({"links_per_node": True}, "links_per_node: must be an integer, got True"),
+    ):
+        given: dict[str, Any] = {"size": 0, "bandwidth_gbps": 25.0, "latency_ns": 1000, **kw}
+        with pytest.raises(ConfigError) as e:
+            TopologyConfig(name="sw", dims=[DimensionConfig(**given)]).to_topology()
+        assert str(e.value) == f"topology.dims[0].{problem}"
+        with pytest.raises(ConfigError) as e:
+            Dimension(kind="switch", **given)
+        assert str(e.value) == problem
+    # numbers of either kind where they are whole or may be fractions, as before
+    topo = TopologyConfig(
+        name="sw", dims=[DimensionConfig(bandwidth_gbps=25, latency_ns=1000.0)]
+    ).to_topology()
+    assert (topo.dims[0].bandwidth_gbps, topo.dims[0].latency_ns) == (25.0, 1000)
 
 
 def test_the_time_of_a_step_the_replay_lacks_is_a_skewlens_error_naming_the_steps_it_has(

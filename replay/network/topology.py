@@ -23,6 +23,7 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from numbers import Integral, Real
 
 from skewlens.replay.errors import ConfigError
 
@@ -88,6 +89,12 @@ class Dimension:
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise TopologyError(f"kind: expected one of {', '.join(KINDS)}, got {self.kind!r}")
+        # a string (a form's or a JSON document's "8") was a TypeError from the comparisons below
+        for name in ("size", "links_per_node", "bandwidth_gbps", "latency_ns", "oversubscription"):
+            value = getattr(self, name)
+            whole = name in ("size", "links_per_node")
+            if isinstance(value, bool) or not isinstance(value, Integral if whole else Real):
+                raise TopologyError(f"{name}: must be {'an integer' if whole else 'a number'}, got {value!r}")
         if self.size < 0:
             raise TopologyError(f"size: must be >= 0, got {self.size}")
         if not self.bandwidth_gbps > 0:
