@@ -12,7 +12,7 @@ import dataclasses
 import difflib
 import typing
 from dataclasses import dataclass, field
-from numbers import Real
+from numbers import Integral, Real
 
 from omegaconf import MISSING, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -101,6 +101,14 @@ def _as(kind: type[float] | type[int], value: typing.Any) -> typing.Any:
     return (
         kind(typing.cast(float, value)) if isinstance(value, Real) and not isinstance(value, bool) else value
     )
+
+
+def _whole(key: str, value: object) -> int:
+    """``value``, an integer setting's, else a :class:`ConfigError` naming ``key``: a string (``nproc="4"``)
+    was a TypeError from the range check after it."""
+    if isinstance(value, bool) or not isinstance(value, Integral):
+        raise ConfigError(f"{key}: must be an integer, got {value!r}")
+    return int(value)
 
 
 @dataclass(kw_only=True)
@@ -225,15 +233,15 @@ class SlowdownItemConfig:
     def to_slowdown(self) -> Slowdown:
         """The pure :class:`Slowdown` of this item (validates it): ``delay_ms`` becomes its ``delay_ns``,
         checked first (a NaN, inf or 1e308 is refused as ``delay_ms``, not converted)."""
-        delay_ms = float(self.delay_ms)
+        delay_ms = _as(float, self.delay_ms)
         if (problem := number_problem(delay_ms, positive=False, name="delay_ms")) is not None:
             raise SlowdownFieldError(f"slowdown item (kind={self.kind})", "delay_ms", problem)
         return Slowdown(
             kind=self.kind,
             ranks=tuple(self.ranks),
-            factor=float(self.factor),
+            factor=_as(float, self.factor),
             pattern=self.pattern,
-            sigma=float(self.sigma),
+            sigma=_as(float, self.sigma),
             seed=self.seed,
             step=self.step,
             every_step=bool(self.every_step),
@@ -315,7 +323,7 @@ class RealConfig:
             raise ConfigError(f"real.timeout_s: {problem} (seconds an op may stay in flight)")
         if self.backend not in ("auto", "gloo", "nccl"):
             raise ConfigError(f"real.backend: expected auto, gloo or nccl, got {self.backend!r}")
-        if self.nproc is not None and self.nproc < 1:
+        if self.nproc is not None and _whole("real.nproc", self.nproc) < 1:
             raise ConfigError(f"real.nproc: must be >= 1, got {self.nproc}")
         if self.compute not in ("auto", "spin", "sleep", "share"):
             raise ConfigError(f"real.compute: expected auto, spin, sleep or share, got {self.compute!r}")
@@ -335,7 +343,7 @@ class ScaleConfig:
     k)."""
 
     def __post_init__(self) -> None:
-        if self.dp < 0:
+        if _whole("scale.dp", self.dp) < 0:
             raise ConfigError(f"scale.dp: must be >= 0 (0: off), got {self.dp}")
         if self.source != "all" and not self.source.isdigit():
             raise ConfigError(f"scale.source: expected all or a rank, got {self.source!r}")
@@ -397,7 +405,7 @@ class ReplayConfig:
                 "lenient: real replay re-issues every collective on real processes, where one whose members "
                 "disagree would hang; lenient=true works with mode=sim"
             )
-        if self.perfetto_max_events < 0:
+        if _whole("perfetto_max_events", self.perfetto_max_events) < 0:
             raise ConfigError(f"perfetto_max_events: must be >= 0 (0: all), got {self.perfetto_max_events}")
         if self.mode not in MODES:
             raise ConfigError(f"mode: expected one of {', '.join(MODES)}, got {self.mode!r}")

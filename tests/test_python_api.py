@@ -29,7 +29,15 @@ from skewlens.profiler.store.schema import META_TABLE, read_table
 from skewlens.profiler.store.validate import load_validated
 from skewlens.profiler.synth import RunBuilder
 from skewlens.profiler.vocab import CommType
-from skewlens.replay.config import DimensionConfig, ReplayConfig, SlowdownConfig, TopologyConfig
+from skewlens.replay.config import (
+    DimensionConfig,
+    RealConfig,
+    ReplayConfig,
+    ScaleConfig,
+    SlowdownConfig,
+    SlowdownItemConfig,
+    TopologyConfig,
+)
 from skewlens.replay.driver import replay_run
 from skewlens.replay.errors import ConfigError, ReplayError
 from skewlens.replay.network.topology import Dimension
@@ -467,7 +475,7 @@ def test_a_slowdown_number_given_as_a_string_is_refused_naming_its_field() -> No
     assert Slowdown(kind="compute", factor=2).factor == 2
 
 
-def test_a_topology_number_given_as_a_string_is_refused_naming_its_field_as_the_command_line_does() -> None:
+def test_a_config_number_given_as_a_string_is_refused_naming_its_setting_as_the_command_line_does() -> None:
     # DimensionConfig(bandwidth_gbps="fast") in a ReplayConfig was "ValueError: could not convert string to
     # float: 'fast'", size="8" "TypeError: '<' not supported between instances of 'str' and 'int'", and
     # bandwidth_gbps="25" or size=2.5 were taken; the command line refuses each (topology.dims.0.size=2.5:
@@ -487,6 +495,33 @@ def test_a_topology_number_given_as_a_string_is_refused_naming_its_field_as_the_
         with pytest.raises(ConfigError) as e:
             Dimension(kind="switch", **given)
         assert str(e.value) == problem
+    # the replay config's other numbers likewise: float("fast") a ValueError, nproc="4" a TypeError
+    topology = TopologyConfig(name="sw", dims=[DimensionConfig(bandwidth_gbps=25.0, latency_ns=1000)])
+    for build, message in (
+        (
+            lambda: SlowdownConfig(entries=[SlowdownItemConfig(kind="compute", ranks=[1], factor="fast")]),
+            "slowdown.entries[0].factor: must be a number, got 'fast' (kind=compute)",
+        ),
+        (
+            lambda: SlowdownConfig(entries=[SlowdownItemConfig(kind="stall", delay_ms="5")]),
+            "slowdown.entries[0].delay_ms: must be a number, got '5' (kind=stall)",
+        ),
+        (
+            lambda: ReplayConfig(trace="run", out="out", topology=topology, real=RealConfig(nproc="4")),
+            "real.nproc: must be an integer, got '4'",
+        ),
+        (
+            lambda: ReplayConfig(trace="run", out="out", topology=topology, scale=ScaleConfig(dp="4")),
+            "scale.dp: must be an integer, got '4'",
+        ),
+        (
+            lambda: ReplayConfig(trace="run", out="out", topology=topology, perfetto_max_events="all"),
+            "perfetto_max_events: must be an integer, got 'all'",
+        ),
+    ):
+        with pytest.raises(ConfigError) as e:
+            build()
+        assert str(e.value) == message
     # numbers of either kind where they are whole or may be fractions, as before
     topo = TopologyConfig(
         name="sw", dims=[DimensionConfig(bandwidth_gbps=25, latency_ns=1000.0)]
