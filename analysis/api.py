@@ -237,10 +237,14 @@ def schema_markdown() -> str:
     return files_markdown(RECORD_OF, "skewlens analyze")
 
 
-def _table_builders(result: AnalysisResult) -> dict[str, Callable[[], pa.Table]]:
+def _table_builders(result: AnalysisResult, caller: str) -> dict[str, Callable[[], pa.Table]]:
     """File name -> what builds its table (``gpu_idle`` and ``gpu_kernels`` for a run with GPU ops, the
     blame's where it was asked for), in the order the files are written; each table's metadata names the
-    run (:func:`provenance_metadata`)."""
+    run (:func:`provenance_metadata`). Anything but an :class:`AnalysisResult` is an :class:`AnalysisError`
+    naming ``caller`` (``tables(run)`` was ``AttributeError: 'RunTrace' object has no attribute 'run'``)."""
+    if not isinstance(result, AnalysisResult):
+        what = "a path" if isinstance(result, str | Path) else type(result).__name__
+        raise AnalysisError(f"{caller}: expected an AnalysisResult (from analyze_run(run)), got {what}")
     meta = provenance_metadata(result.run.run_dir, result.run.manifest)
     return {name: _named(build, meta) for name, build in _record_builders(result).items()}
 
@@ -281,7 +285,9 @@ def tables(result: AnalysisResult) -> dict[str, pa.Table]:
     name (``collective_skew``, ``step_breakdown``, ``critical_path``, ``gpu_idle``, ``gpu_kernels``,
     ``blame``, ``blame_steps``, ``blame_hosts``; the file is the name + ``.parquet``), with the files' schemas
     (docs/parquet.md)."""
-    return {name.removesuffix(".parquet"): build() for name, build in _table_builders(result).items()}
+    return {
+        name.removesuffix(".parquet"): build() for name, build in _table_builders(result, "tables").items()
+    }
 
 
 def write_tables(result: AnalysisResult, out_dir: str | Path, *, workers: int | None = None) -> list[Path]:
@@ -291,7 +297,7 @@ def write_tables(result: AnalysisResult, out_dir: str | Path, *, workers: int | 
     so that its tables are all of one analysis. The tables are encoded on ``workers`` threads at once
     (default: the usable CPUs; Parquet encoding releases the GIL)."""
     d = Path(out_dir)
-    builders = _table_builders(result)
+    builders = _table_builders(result, "write_tables")
     jobs = [(build, d / name) for name, build in builders.items()]
 
     def write(job: tuple[Callable[[], pa.Table], Path]) -> Path:

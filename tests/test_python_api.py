@@ -783,6 +783,29 @@ def test_the_replays_tables_given_a_path_or_something_else_than_a_result_say_so(
     assert len(summarize(run, res)) == len(res.step_spans())
 
 
+def test_the_analysis_tables_given_a_run_or_a_path_instead_of_its_result_say_so(tmp_path: Path) -> None:
+    # tables(run) and write_tables(run, OUT) (the analysis skipped) were "AttributeError: 'RunTrace' object
+    # has no attribute 'run'", tables("runs/x") "'str' object has no attribute 'run'"
+    run_dir = straggler_run(tmp_path)
+    run = load_validated(run_dir)
+    for call, got in (
+        (lambda: tables(run), "tables: expected an AnalysisResult (from analyze_run(run)), got RunTrace"),
+        (
+            lambda: tables(str(run_dir)),
+            "tables: expected an AnalysisResult (from analyze_run(run)), got a path",
+        ),
+        (
+            lambda: write_tables(run, tmp_path / "out"),
+            "write_tables: expected an AnalysisResult (from analyze_run(run)), got RunTrace",
+        ),
+    ):
+        with pytest.raises(AnalysisError) as e:
+            call()
+        assert str(e.value) == got
+    assert not (tmp_path / "out").exists()
+    assert tables(analyze_run(run))["blame"].num_rows == 2
+
+
 def test_max_simulations_given_as_a_string_or_a_bool_is_refused_naming_it(tmp_path: Path) -> None:
     # max_simulations="3" (a widget's value) was "TypeError: '<' not supported between instances of 'str'
     # and 'int'"; True was taken as 1
