@@ -540,21 +540,27 @@ WHAT_IF_STEP_SHARE = 0.1
 
 def _what_if_steps(by_step: Mapping[int, int], floor: float, steps: int) -> tuple[tuple[int, int], ...]:
     """The runs of consecutive steps (first, last) that a what-if of :func:`what_if_notes` takes the thing
-    away at, and that the uneven lines name (:func:`_uneven_steps`) by its wait or its cost: every step
-    where it made the rank's peers wait ``floor`` (a one-off's least) and :data:`WHAT_IF_STEP_SHARE` of the
-    wait or more, and ``floor`` more than its lower median step (the step holding most of it always), runs of
-    consecutive ones merged. None (every step)
-    where its worst step's wait is no more than :data:`UNEVEN_OVER_MEDIAN` times its lower median step's
-    (steps alike, as the uneven lines say: before, a rank that logged 21-39 ms at each of 9 steps was given a
-    replay of the 4 steps over a tenth of the wait, which held over half of it, and pasted it left its peer
-    waiting 13.9 ms a step of 30.0); where those are every one of the ``steps``, or hold no more than
-    :data:`UNEVEN_WAIT_SHARE` of the wait (it
-    is spread over many steps; two tied steps under the floor, the first named alone, held exactly half: over
-    half, as the rule below says); over :data:`WHAT_IF_STEPS` runs, the rule before: the one step holding over
-    :data:`UNEVEN_WAIT_SHARE` of the wait, else none (a scope in every step, a data loader's, is not taken
-    away at every step where it stalled at some). Before, that rule was the only one: a checkpoint rank 0
-    wrote every 3rd step while its peers waited at a barrier, 62% of their wait at step 3 and 35% at step 6 (2
-    gloo ranks), was given a replay that took away step 3's alone."""
+    away at, and that the uneven lines name (:func:`_uneven_steps`) by its wait or its cost; none: every step.
+
+    ``by_step``: step -> the wait it made the rank's peers wait there (or its cost); ``floor``: a one-off's
+    least; ``steps``: how many steps the run has (those missing from ``by_step`` count as 0). In order:
+
+    * **Steps alike: none.** Where the worst step's wait is no more than :data:`UNEVEN_OVER_MEDIAN` times the
+      lower median step's, the steps are alike, as the uneven lines say. Before, a rank that logged 21-39 ms
+      at each of 9 steps was given a replay of the 4 steps over a tenth of the wait, which held over half of
+      it; pasted, it left its peer waiting 13.9 ms a step of 30.0.
+    * **The steps named:** each step whose wait is ``floor`` or more, :data:`WHAT_IF_STEP_SHARE` of the total
+      or more, and ``floor`` more than the lower median step's (so that no step as typical as the median is
+      named: a rank's sub-ms waits of load noise at 5 of 9 steps were all named, the median step itself among
+      them), and always the worst step; consecutive ones merged into runs.
+    * **None** where those are every one of the ``steps``, or hold no more than :data:`UNEVEN_WAIT_SHARE` of
+      the wait (it is spread over many steps; two tied steps under the floor, the first named alone, held
+      exactly half: over half is needed).
+    * **Over :data:`WHAT_IF_STEPS` runs:** the one step holding over :data:`UNEVEN_WAIT_SHARE` of the wait,
+      else none (a data loader's scope runs in every step, and is not taken away at every step where it
+      stalled at some). That was once the only rule: a checkpoint rank 0 wrote every 3rd step while its peers
+      waited at a barrier, 62% of their wait at step 3 and 35% at step 6 (2 gloo ranks), was given a replay
+      that took away step 3's alone."""
     total = sum(by_step.values())
     worst = max(by_step, key=lambda s: (by_step[s], -s))
     # steps alike (the worst no more than twice the lower median step's, the steps it made no one wait at
