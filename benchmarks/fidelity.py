@@ -10,6 +10,11 @@ For each workload of ``skewlens demo --workload`` (FSDP2, DTensor TP, pipelining
 * **sim error**: the simulator's unmodified replay of the plain capture, per rank, its median step time
   (step mark to step mark, as ``skewlens replay`` reports it) against the recorded one; the largest
   absolute difference over the ranks (target: within 5%);
+* **calibrated sim error**: the same, of the replay with ``comm_mode=model`` on the topology ``skewlens
+  calibrate`` fits from that same plain capture (its default base, one switch, ring formulas): every
+  collective timed by the fitted α-β model instead of its recorded duration (target: within 10%). "-"
+  where calibrate refuses the capture (its reason printed on the pair's line), e.g. transfers of one
+  message size per link;
 * **blamed vs real**: the straggler's blamed cost per step (``skewlens analyze``'s what-if blame on the
   straggler capture) against its real cost, the median step time of the straggler capture minus that of
   the plain one (target: within 25%); and whether the straggler is the top-blamed rank;
@@ -56,12 +61,13 @@ from rich.console import Console
 from rich.table import Table
 
 from skewlens.analysis.api import analyze_run
+from skewlens.cli.calibrate import load_topology_entry
 from skewlens.paths import EXAMPLES_DIR
 from skewlens.profiler.store import load_run
 from skewlens.profiler.store.model import RunTrace
 from skewlens.replay.config import RealConfig
 from skewlens.replay.effects import NO_EFFECTS
-from skewlens.replay.simulate import simulate
+from skewlens.replay.simulate import SimResult, simulate
 from skewlens.replay.summary import summarize
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,6 +86,9 @@ class Figures:
     """One pair's figures for one workload."""
 
     sim_error: float
+    calibrated_error: float | None
+    """The sim error of the replay on the capture's calibrated topology (``comm_mode=model``); None where
+    ``skewlens calibrate`` refused the capture."""
     blamed_ms: float
     real_cost_ms: float
     top_is_straggler: bool
@@ -118,9 +127,10 @@ def median_step_ns(run: RunTrace) -> float:
     return statistics.median(statistics.mean(v) for v in by_step.values())
 
 
-def sim_error(run: RunTrace) -> float:
-    """Largest |replayed - recorded| / recorded over ranks of the median step time (unmodified replay)."""
-    rows = summarize(run, simulate(run))
+def sim_error(run: RunTrace, res: SimResult | None = None) -> float:
+    """Largest |replayed - recorded| / recorded over ranks of the median step time, of ``res`` (default:
+    the unmodified replay)."""
+    rows = summarize(run, simulate(run) if res is None else res)
     worst = 0.0
     for r in run.ranks:
         mine = [x for x in rows if x.rank == r]
@@ -128,6 +138,19 @@ def sim_error(run: RunTrace) -> float:
         rec = statistics.median(x.recorded_step_ns for x in mine)
         worst = max(worst, abs(rep - rec) / rec)
     return worst
+
+
+def calibrated_error(run: RunTrace, run_dir: Path, out: Path) -> tuple[float | None, str]:
+    """The sim error of the replay on the topology ``skewlens calibrate RUN_DIR --out OUT`` fits (with
+    ``comm_mode=model``), and the first line of calibrate's error where it refused (None, reason)."""
+    cmd = [sys.executable, "-m", "skewlens", "calibrate", str(run_dir), "--out", str(out), "--no-progress"]
+    res = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=900, check=False)
+    if res.returncode != 0:
+        lines = res.stderr.strip().splitlines()
+        return None, lines[-1] if lines else f"exit code {res.returncode}"
+    cfg = load_topology_entry(str(out))
+    sim = simulate(run, topology=cfg.to_topology(), comm_mode="model", algorithm=cfg.algorithm)
+    return sim_error(run, sim), ""
 
 
 def real_steps(run_dir: Path, out: Path, replays: int) -> tuple[dict[int, float], dict[int, float]]:
@@ -191,12 +214,16 @@ def one_pair(tmp: Path, name: str, k: int, args: argparse.Namespace) -> Figures:
         if args.no_real or k >= args.real_pairs
         else real_steps(tmp / f"{name}-{k}-plain", tmp / f"{name}-{k}-real", args.replays)
     )
+    cal_error, refused = calibrated_error(plain, tmp / f"{name}-{k}-plain", tmp / f"{name}-{k}-cal.yaml")
+    if refused:
+        print(f"{name} pair {k}: calibrate refused the plain capture: {refused}", flush=True)
     res = analyze_run(slow, blame=True)
     steps = len({s.step for s in slow.manifest.steps})
     rec = next(b for b in res.stragglers if b.rank == straggler)
     top = res.stragglers[0].rank if res.stragglers else -1
     return Figures(
         sim_error=sim_error(plain),
+        calibrated_error=cal_error,
         blamed_ms=rec.straggler_cost_ns / steps / MS,
         real_cost_ms=(median_step_ns(slow) - median_step_ns(plain)) / MS,
         top_is_straggler=top == straggler,
@@ -244,7 +271,14 @@ def main() -> None:
     table = Table(
         title=f"Fidelity ({args.level} level, {args.pairs} pair(s), straggler {STRAGGLER_MS:g} ms, {pinned})"
     )
-    cols = ("workload", "sim step error", "blamed ms/step", "real cost ms/step", "real cost range")
+    cols = (
+        "workload",
+        "sim step error",
+        "calibrated sim error",
+        "blamed ms/step",
+        "real cost ms/step",
+        "real cost range",
+    )
     for c in (
         *cols,
         "blame error",
@@ -269,17 +303,21 @@ def main() -> None:
                 f = one_pair(Path(tmp), name, k, args)
                 figs.append(f)
                 rr = "-" if f.real_error is None else f"{f.real_error:.1%}"
+                ce = "-" if f.calibrated_error is None else f"{f.calibrated_error:.1%}"
                 print(
-                    f"{name} pair {k}: sim {f.sim_error:.1%}, blamed {f.blamed_ms:.1f} ms/step, real cost "
-                    f"{f.real_cost_ms:.1f} ms/step, top {f.top_is_straggler}, real replay {rr}",
+                    f"{name} pair {k}: sim {f.sim_error:.1%}, calibrated sim {ce}, blamed {f.blamed_ms:.1f} "
+                    f"ms/step, real cost {f.real_cost_ms:.1f} ms/step, top {f.top_is_straggler}, "
+                    f"real replay {rr}",
                     flush=True,
                 )
             med = statistics.median
             blamed, real = med(f.blamed_ms for f in figs), med(f.real_cost_ms for f in figs)
             reals = [f.real_error for f in figs if f.real_error is not None]
+            cals = [f.calibrated_error for f in figs if f.calibrated_error is not None]
             table.add_row(
                 name,
                 f"{med(f.sim_error for f in figs):.1%}",
+                f"{med(cals):.1%}" if cals else "-",
                 f"{blamed:.1f}",
                 f"{real:.1f}",
                 f"{min(f.real_cost_ms for f in figs):.1f}-{max(f.real_cost_ms for f in figs):.1f}",

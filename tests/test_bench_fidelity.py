@@ -61,6 +61,7 @@ def test_the_pooled_real_replay_error_compares_medians_over_captures_and_reports
     def fig(rec: dict[int, float] | None, rep: dict[int, float] | None) -> object:
         return mod.Figures(
             sim_error=0.0,
+            calibrated_error=None,
             blamed_ms=0.0,
             real_cost_ms=0.0,
             top_is_straggler=True,
