@@ -500,6 +500,85 @@ def test_a_wait_tensor_took_work_where_the_registry_shrank_or_where_torch_has_no
     assert [w.took_work for w in hooks.flush()] == [True, False, True]
 
 
+class _Handle:
+    """A Work or future: weak references to it, no attributes (as pybind's)."""
+
+    __slots__ = ("__weakref__",)
+
+
+def test_a_wait_on_a_future_of_a_recorded_work_or_one_chained_from_it_is_the_works_one_wait() -> None:
+    from skewlens.profiler.capture.waits import WaitHooks
+
+    hooks = WaitHooks(lambda: True, lambda: 4)
+    no = lambda: False  # noqa: E731 (not compiling)
+    wait = hooks._wrap_wait(lambda self: None, no)
+    get_future = hooks._wrap_stands_for(lambda self: _Handle(), no)
+    then = hooks._wrap_stands_for(lambda self, cb: _Handle(), no)
+    collect_all = hooks._wrap_stands_for(lambda futures: _Handle(), no, of_list=True)
+    a, b, c, d = _Handle(), _Handle(), _Handle(), _Handle()
+    for work, start in ((a, 100), (b, 200), (c, 300), (d, 400)):
+        hooks.issued(work, start, 7)
+    chained = then(then(get_future(a), None), None)
+    wait(chained)  # work.get_future().then(cb).then(cb2).wait(): a's wait
+    wait(a)  # a second wait on it, through the Work: not recorded
+    wait(get_future(a))  # nor through another of its futures
+    wait(get_future(b))  # work.get_future().wait(): b's
+    wait(_Handle())  # a future of no recorded call: not recorded
+    wait(collect_all([get_future(c), _Handle(), then(get_future(d), None)]))  # torch.futures.wait_all
+    wait(d)
+    waits = hooks.flush()
+    assert [(w.name, w.issue_start_ns, w.issue_thread, w.step) for w in waits] == [
+        (WORK_WAIT_NAME, start, 7, 4) for start in (100, 200, 300, 400)
+    ]
+    # collect_all's wait is c's, spanning the call, then d's, of no time, at its return
+    assert waits[2].start_ns <= waits[2].end_ns == waits[3].start_ns == waits[3].end_ns
+
+
+FUTURE_SCRIPT = r"""
+import json, os, socket, torch, torch.distributed as dist
+from torch._C._distributed_c10d import Work
+with socket.socket() as s:
+    s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1")
+dist.init_process_group("gloo")
+from skewlens.profiler.capture import hooks as H
+F = torch._C.Future
+patched = lambda: (Work.wait, Work.get_future, F.wait, F.then, torch._C._collect_all)
+originals = patched()
+hooks = H.CommHooks(lambda: True, lambda: 3, ddp=False)
+hooks.install()
+t = torch.ones(64)
+a = dist.all_reduce(t, async_op=True)
+fut = a.get_future().then(lambda f: f.value()[0].div_(2)).then(lambda f: f.value())
+fut.wait()                                           # a's wait
+a.wait()                                             # waited for already
+b = dist.all_reduce(t, async_op=True)
+b.get_future().wait()                                # b's
+c = dist.all_reduce(t, async_op=True)
+d = dist.all_reduce(t, async_op=True)
+done = torch.futures.Future()
+done.set_result(0)
+torch.futures.wait_all([c.get_future(), done, d.get_future()])   # c's, then d's
+done.wait()                                          # a future of no collective
+comms = hooks.flush()
+waits = hooks.waits.flush()
+hooks.uninstall()
+print(json.dumps({
+    "issues": [c.start_ns for c in comms if c.is_async],
+    "waits": [[w.name, w.issue_start_ns] for w in waits],
+    "restored": patched() == originals,
+}))
+dist.destroy_process_group()
+"""
+
+
+def test_the_hooks_record_a_wait_on_a_recorded_works_future_chained_or_collected_as_that_works_wait() -> None:
+    data = run_script(FUTURE_SCRIPT)
+    assert data["restored"]
+    assert len(data["issues"]) == 4
+    assert data["waits"] == [[WORK_WAIT_NAME, start] for start in data["issues"]]
+
+
 # ---- real captures (2 gloo ranks) ------------------------------------------------------------------------
 
 #: Rank 1's sleep before the collective rank 0 waits for, each step. The checks ask for waits over half of
@@ -699,6 +778,76 @@ def test_a_sequence_parallel_reduce_scatter_is_taken_by_the_wait_that_blocked_on
 @pytest.fixture(scope="module")
 def fsdp_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _profile_script(tmp_path_factory.mktemp("fsdp-waits"), _filled(FSDP_SCRIPT), "collectives")
+
+
+#: Rank 0's busy compute between issuing its all_reduce and waiting on the future chained from its Work;
+#: rank 1 issues STRAGGLER_MS late, so rank 0 then blocks about STRAGGLER_MS - OVERLAP_MS.
+OVERLAP_MS = 50
+FUTURE_SCRIPT_2 = """
+import os, time, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+w = torch.nn.Parameter(torch.randn(4096))
+opt = torch.optim.SGD([w], lr=1e-3)
+big = torch.randn(128, 128)
+for step in range(STEPS):
+    (w * 2).sum().backward()
+    if rank == 1:
+        time.sleep(STRAGGLER_MS / 1000)
+    work = dist.all_reduce(w.grad, async_op=True)
+    fut = work.get_future().then(lambda f: f.value()[0].div_(world))
+    if rank == 0:
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < OVERLAP_MS / 1000:
+            big @ big
+    if step % 2:
+        torch.futures.wait_all([fut])
+    else:
+        fut.wait()
+    opt.step()
+    opt.zero_grad()
+dist.destroy_process_group()
+os._exit(0)
+"""
+
+
+@pytest.fixture(scope="module")
+def future_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    script = _filled(FUTURE_SCRIPT_2).replace("OVERLAP_MS", str(OVERLAP_MS))
+    return _profile_script(tmp_path_factory.mktemp("future-waits"), script, "collectives")
+
+
+@pytest.mark.slow
+def test_a_wait_on_a_future_chained_from_a_work_is_its_wait_and_the_compute_before_it_no_wait(
+    future_run: Path,
+) -> None:
+    """``work.get_future().then(cb)`` waited for by ``fut.wait()`` or ``torch.futures.wait_all``, at the
+    collectives level. Before, no wait was recorded: the hidden-wait rule took rank 0's compute between
+    issue and wait (OVERLAP_MS) for waiting too, its exposed wait and transfer about STRAGGLER_MS a step."""
+    from skewlens.analysis.breakdown import analyze_breakdown
+    from skewlens.analysis.index import build_index
+    from skewlens.profiler.store import load_run
+
+    for r in (0, 1):
+        nodes = _nodes(future_run, r)
+        by_id = {n.id: n for n in nodes}
+        waits = [n for n in nodes if n.name == WORK_WAIT_NAME]
+        assert len(waits) == ACTIVE, [n.name for n in nodes]
+        targets = {d for w in waits for d in w.ctrl_deps if by_id[d].type == NodeType.COMM_COLL}
+        assert len(targets) == ACTIVE and all(by_id[d].name == "c10d::allreduce_" for d in targets)
+        _no_overlap_on_threads(nodes)
+        if r == 0:  # it blocked for the rest of rank 1's lateness
+            assert all(
+                node_attrs(w)[Attr.DUR_NS] > (STRAGGLER_MS - OVERLAP_MS) * 1_000_000 / 2 for w in waits
+            )
+    rows = [x for x in analyze_breakdown(build_index(load_run(future_run))) if x.rank == 0]
+    assert len(rows) == ACTIVE
+    for (
+        x
+    ) in rows:  # its compute is compute (before, 1.0-5.3 ms, and 96-100 ms of exposed wait), its block wait
+        assert x.compute_ns > OVERLAP_MS * 1_000_000 * 3 // 4, x
+        assert x.exposed_wait_ns + x.exposed_transfer_ns > (STRAGGLER_MS - OVERLAP_MS) * 1_000_000 / 2, x
+    load_validated(future_run)
 
 
 @pytest.mark.slow

@@ -10,10 +10,16 @@ at every level:
   passes no Python function: at the ``ops`` and ``full`` levels Kineto's operator of that name stands for
   it (where no hooked wait covers it); at the ``collectives`` level it is not seen.
 - ``Work.wait()`` on a Work that a hooked call with ``async_op=True`` returned (FSDP2's prefetched
-  all_gather, a user's ``dist.all_reduce(..., async_op=True).wait()``); only the first wait on each Work
-  is recorded (a second returns at once). Its node is named ``c10d::wait``. DDP's reducer waits in C++:
-  not seen. FSDP2's own unshards and reduce_scatters pass ``async_op=False``: on gloo each blocks in its
-  call, a blocking collective with no wait node.
+  all_gather, a user's ``dist.all_reduce(..., async_op=True).wait()``), and ``Future.wait()`` on a future
+  that stands for such a Work: the one its ``get_future()`` returned, one chained from that by ``then``
+  (``work.get_future().then(cb)``), and the future of ``torch.futures.collect_all`` of them, which
+  ``torch.futures.wait_all`` waits on. Only the first wait on each Work, through any of these, is recorded
+  (a later one returns at once, or waits for a callback of the program's). A wait on a ``collect_all``
+  future stands for a wait on each Work it holds in list order: the first that was not waited for spans
+  the call, the others take no time at its return (the program then waits on each, at once). Its node is
+  named ``c10d::wait``. ``Future.value()`` waits for nothing (on a future not yet done it raises): it is
+  not a wait. DDP's reducer waits in C++: not seen. FSDP2's own unshards and reduce_scatters pass
+  ``async_op=False``: on gloo each blocks in its call, a blocking collective with no wait node.
 
 Each becomes a COMP node on the waiting thread spanning the call (start to return), with a control
 dependency on the COMM node it waited for. The node cuts the ``compute`` gaps (collectives level) and the
@@ -24,7 +30,8 @@ point where the program consumed it); one whose collective is not in the trace h
 
 Which COMM node a wait waited for:
 
-- ``c10d::wait``: the one the hooks recorded for the Work's call (the same thread and start).
+- ``c10d::wait``: the one the hooks recorded for the call that returned the Work (the same thread and
+  start), whether the program waited on the Work or on a future standing for it.
 - ``_c10d_functional::wait_tensor``: the functional collective is not known by the tensor (the flight
   recorder's entry has no tensor), so it is matched in time, waits in start order, among the asynchronous
   collectives that did not go through the hooks (the flight recorder's), issued from the waiting thread
@@ -67,6 +74,8 @@ only the call's span on its thread tells what the program asked for
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import threading
 import time
 import weakref
@@ -100,17 +109,34 @@ _Raw = tuple[str, int, int, int, int, int, int, int, bool]
 FUNCTIONAL_REDUCE_SCATTER = "reduce_scatter_single"
 
 
+class _Issued:
+    """A recorded asynchronous call: its start and issuing thread, and whether a wait on it was recorded
+    (through its Work or any future standing for it)."""
+
+    __slots__ = ("start_ns", "thread", "waited")
+
+    def __init__(self, start_ns: int, thread: int) -> None:
+        self.start_ns, self.thread, self.waited = start_ns, thread, False
+
+
 class WaitHooks:
-    """Wraps ``wait_tensor`` and ``Work.wait``; records each wait made while ``recording()`` is true, and
-    the span of each functional reduce_scatter call (:data:`FUNCTIONAL_REDUCE_SCATTER`)."""
+    """Wraps ``wait_tensor``, ``Work.wait`` and ``Future.wait``; records each wait made while
+    ``recording()`` is true, and the span of each functional reduce_scatter call
+    (:data:`FUNCTIONAL_REDUCE_SCATTER`).
+
+    A recorded asynchronous call's Work stands for it, as does each future got from the Work
+    (``get_future``), chained from one that does (``then``) or collecting some that do (``collect_all``):
+    the wrappers of those three note what the result stands for, so that the first wait on any of them is
+    the call's wait."""
 
     def __init__(self, recording: Callable[[], bool], step_of: Callable[[], int]) -> None:
         self._recording = recording
         self._step_of = step_of
         self._waits: list[_Raw] = []  # list.append: thread-safe
-        # id(work) -> (a weak reference to it, its call's start, issuing thread): Works of recorded async
-        # calls not waited yet (pybind's Work takes no attributes, but weak references)
-        self._works: dict[int, tuple[weakref.ref[Any], int, int]] = {}
+        # id(work or future) -> (a weak reference to it, the recorded calls it stands for, in order): Works
+        # of recorded async calls and their futures, until waited on (pybind's Work and Future take no
+        # attributes, but weak references); forgotten at each flush
+        self._works: dict[int, tuple[weakref.ref[Any], tuple[_Issued, ...]]] = {}
         self._patches = Patches()
         self._scatters: list[tuple[int, int, int]] = []  # (thread ident, start, end) of each call
         self.installed = False
@@ -118,19 +144,31 @@ class WaitHooks:
     def install(self) -> None:
         if self.installed:
             return
+        import torch
         import torch._C._distributed_c10d as c10d
         import torch.distributed._functional_collectives as funcol
         from torch._C._distributed_c10d import Work
         from torch.compiler import is_compiling
 
         orig_tensor = funcol.wait_tensor
-        orig_wait = Work.wait
         # how many Works torch's registry holds (torch 2.13's; without it every wait took its Work)
         pending = getattr(c10d, "_get_work_registry_size", None)
         self._patches.set(
             funcol, "wait_tensor", orig_tensor, self._wrap_tensor(orig_tensor, pending, is_compiling)
         )
-        self._patches.set(Work, "wait", orig_wait, self._wrap_work(orig_wait, is_compiling))
+        # torch.futures.Future's wait and then call these (super()), as collect_all and wait_all call
+        # torch._C._collect_all, each at call time
+        future = torch._C.Future
+        for owner, name, wrap in (
+            (Work, "wait", self._wrap_wait),
+            (future, "wait", self._wrap_wait),
+            (Work, "get_future", self._wrap_stands_for),
+            (future, "then", self._wrap_stands_for),
+            (torch._C, "_collect_all", functools.partial(self._wrap_stands_for, of_list=True)),
+        ):
+            orig = getattr(owner, name, None)
+            if orig is not None:
+                self._patches.set(owner, name, orig, wrap(orig, is_compiling))
         orig_scatter = getattr(funcol, FUNCTIONAL_REDUCE_SCATTER, None)
         if orig_scatter is not None:  # (torch 2.13's name; an older torch's calls are not timed)
             self._patches.set(
@@ -151,7 +189,7 @@ class WaitHooks:
             ref = weakref.ref(work)
         except TypeError:
             return
-        self._works[id(work)] = (ref, start_ns, thread)
+        self._works[id(work)] = (ref, (_Issued(start_ns, thread),))
 
     def _wrap_tensor(
         self, orig: Callable[..., Any], pending: Callable[[], int] | None, compiling: Callable[[], bool]
@@ -178,7 +216,10 @@ class WaitHooks:
         wait_tensor.__wrapped__ = orig  # type: ignore[attr-defined]
         return wait_tensor
 
-    def _wrap_work(self, orig: Callable[..., Any], compiling: Callable[[], bool]) -> Callable[..., Any]:
+    def _wrap_wait(self, orig: Callable[..., Any], compiling: Callable[[], bool]) -> Callable[..., Any]:
+        """``Work.wait`` and ``Future.wait``: on a Work or future that stands for recorded calls none of
+        which was waited for, one ``c10d::wait`` for each (the first spans the call, the others, of a
+        ``collect_all``, begin at its return)."""
         recording, step_of, waits, works = self._recording, self._step_of, self._waits, self._works
         clock, native, ident = time.time_ns, threading.get_native_id, threading.get_ident
 
@@ -188,15 +229,47 @@ class WaitHooks:
             entry = works.pop(id(self), None) if works else None
             if entry is None or entry[0]() is not self or not recording():
                 return orig(self, *args, **kwargs)
+            calls = [c for c in entry[1] if not c.waited]
+            if not calls:  # waited for already, through another Work or future
+                return orig(self, *args, **kwargs)
+            for c in calls:
+                c.waited = True
             start = clock()
             out = orig(self, *args, **kwargs)
             end = clock()
-            waits.append((WORK_WAIT_NAME, start, end, native(), ident(), step_of(), entry[1], entry[2], True))
+            t, i, st = native(), ident(), step_of()
+            for c in calls:
+                waits.append((WORK_WAIT_NAME, start, end, t, i, st, c.start_ns, c.thread, True))
+                start = end
             return out
 
         wait.__doc__ = orig.__doc__
         wait.__wrapped__ = orig  # type: ignore[attr-defined]
         return wait
+
+    def _wrap_stands_for(
+        self, orig: Callable[..., Any], compiling: Callable[[], bool], *, of_list: bool = False
+    ) -> Callable[..., Any]:
+        """``Work.get_future`` and ``Future.then``: the future returned stands for what ``self`` does;
+        ``of_list``: ``torch._C._collect_all``, for what its futures do, in list order."""
+        works = self._works
+
+        def stands_for(first: Any, *args: Any, **kwargs: Any) -> Any:
+            out = orig(first, *args, **kwargs)
+            if works and not compiling():
+                calls: list[_Issued] = []
+                for f in first if of_list else (first,):
+                    entry = works.get(id(f))
+                    if entry is not None and entry[0]() is f:
+                        calls += entry[1]
+                if calls:
+                    with contextlib.suppress(TypeError):  # (a future takes weak references)
+                        works[id(out)] = (weakref.ref(out), tuple(calls))
+            return out
+
+        stands_for.__doc__ = orig.__doc__
+        stands_for.__wrapped__ = orig  # type: ignore[attr-defined]
+        return stands_for
 
     def _wrap_scatter(self, orig: Callable[..., Any], compiling: Callable[[], bool]) -> Callable[..., Any]:
         recording, scatters = self._recording, self._scatters
