@@ -513,18 +513,19 @@ def test_a_wait_on_a_future_of_a_recorded_work_or_one_chained_from_it_is_the_wor
     no = lambda: False  # noqa: E731 (not compiling)
     wait = hooks._wrap_wait(lambda self: None, no)
     get_future = hooks._wrap_stands_for(lambda self: _Handle(), no)
-    then = hooks._wrap_stands_for(lambda self, cb: _Handle(), no)
+    # a callback runs at once in then where the future is done: here it waits on it, as torch's docs write
+    then = hooks._wrap_stands_for(lambda self, cb: (cb and cb(self), _Handle())[1], no, callback=True)
     collect_all = hooks._wrap_stands_for(lambda futures: _Handle(), no, of_list=True)
     a, b, c, d = _Handle(), _Handle(), _Handle(), _Handle()
     for work, start in ((a, 100), (b, 200), (c, 300), (d, 400)):
         hooks.issued(work, start, 7)
-    chained = then(then(get_future(a), None), None)
+    chained = then(then(get_future(a), wait), id)  # the callback's wait is not a's: it runs once done
     wait(chained)  # work.get_future().then(cb).then(cb2).wait(): a's wait
     wait(a)  # a second wait on it, through the Work: not recorded
     wait(get_future(a))  # nor through another of its futures
     wait(get_future(b))  # work.get_future().wait(): b's
     wait(_Handle())  # a future of no recorded call: not recorded
-    wait(collect_all([get_future(c), _Handle(), then(get_future(d), None)]))  # torch.futures.wait_all
+    wait(collect_all([get_future(c), _Handle(), then(get_future(d), id)]))  # torch.futures.wait_all
     wait(d)
     waits = hooks.flush()
     assert [(w.name, w.issue_start_ns, w.issue_thread, w.step) for w in waits] == [
@@ -549,7 +550,7 @@ hooks = H.CommHooks(lambda: True, lambda: 3, ddp=False)
 hooks.install()
 t = torch.ones(64)
 a = dist.all_reduce(t, async_op=True)
-fut = a.get_future().then(lambda f: f.value()[0].div_(2)).then(lambda f: f.value())
+fut = a.get_future().then(lambda f: f.wait()[0].div_(2)).then(lambda f: f.value())  # f.wait(): no wait
 fut.wait()                                           # a's wait
 a.wait()                                             # waited for already
 b = dist.all_reduce(t, async_op=True)
@@ -564,8 +565,8 @@ comms = hooks.flush()
 waits = hooks.waits.flush()
 hooks.uninstall()
 print(json.dumps({
-    "issues": [c.start_ns for c in comms if c.is_async],
-    "waits": [[w.name, w.issue_start_ns] for w in waits],
+    "issues": [[c.start_ns, c.thread] for c in comms if c.is_async],
+    "waits": [[w.name, w.issue_start_ns, w.thread] for w in waits],
     "restored": patched() == originals,
 }))
 dist.destroy_process_group()
@@ -576,7 +577,8 @@ def test_the_hooks_record_a_wait_on_a_recorded_works_future_chained_or_collected
     data = run_script(FUTURE_SCRIPT)
     assert data["restored"]
     assert len(data["issues"]) == 4
-    assert data["waits"] == [[WORK_WAIT_NAME, start] for start in data["issues"]]
+    # each on the main thread, which issued them: not a's in its callback (on gloo's thread, or at once)
+    assert data["waits"] == [[WORK_WAIT_NAME, start, thread] for start, thread in data["issues"]]
 
 
 # ---- real captures (2 gloo ranks) ------------------------------------------------------------------------
@@ -780,8 +782,9 @@ def fsdp_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _profile_script(tmp_path_factory.mktemp("fsdp-waits"), _filled(FSDP_SCRIPT), "collectives")
 
 
-#: Rank 0's busy compute between issuing its all_reduce and waiting on the future chained from its Work;
-#: rank 1 issues STRAGGLER_MS late, so rank 0 then blocks about STRAGGLER_MS - OVERLAP_MS.
+#: Each rank's compute between issuing its all_reduce and waiting on the future chained from its Work;
+#: rank 1 issues STRAGGLER_MS late, so rank 0 then blocks about STRAGGLER_MS - OVERLAP_MS, and rank 1's
+#: all_reduce completes (its callback runs, on gloo's thread) before it waits.
 OVERLAP_MS = 50
 FUTURE_SCRIPT_2 = """
 import os, time, torch, torch.distributed as dist
@@ -789,17 +792,14 @@ dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
 w = torch.nn.Parameter(torch.randn(4096))
 opt = torch.optim.SGD([w], lr=1e-3)
-big = torch.randn(128, 128)
 for step in range(STEPS):
     (w * 2).sum().backward()
     if rank == 1:
         time.sleep(STRAGGLER_MS / 1000)
     work = dist.all_reduce(w.grad, async_op=True)
-    fut = work.get_future().then(lambda f: f.value()[0].div_(world))
-    if rank == 0:
-        t0 = time.perf_counter()
-        while time.perf_counter() - t0 < OVERLAP_MS / 1000:
-            big @ big
+    got = work.get_future()  # held: the callback's f is this object (a temporary's would be a new one)
+    fut = got.then(lambda f: f.wait()[0].div_(world))  # as torch.futures documents
+    time.sleep(OVERLAP_MS / 1000)  # compute that lets gloo's thread run the callback meanwhile (no GIL)
     if step % 2:
         torch.futures.wait_all([fut])
     else:
@@ -835,6 +835,9 @@ def test_a_wait_on_a_future_chained_from_a_work_is_its_wait_and_the_compute_befo
         assert len(waits) == ACTIVE, [n.name for n in nodes]
         targets = {d for w in waits for d in w.ctrl_deps if by_id[d].type == NodeType.COMM_COLL}
         assert len(targets) == ACTIVE and all(by_id[d].name == "c10d::allreduce_" for d in targets)
+        # on the main thread, where the compute is: not the callback's f.wait() on gloo's thread
+        main = {node_attrs(n)[Attr.STREAM] for n in nodes if n.name == GAP_NAME}
+        assert {node_attrs(w)[Attr.STREAM] for w in waits} <= main
         _no_overlap_on_threads(nodes)
         if r == 0:  # it blocked for the rest of rank 1's lateness
             assert all(

@@ -16,7 +16,9 @@ at every level:
   ``torch.futures.wait_all`` waits on. Only the first wait on each Work, through any of these, is recorded
   (a later one returns at once, or waits for a callback of the program's). A wait on a ``collect_all``
   future stands for a wait on each Work it holds in list order: the first that was not waited for spans
-  the call, the others take no time at its return (the program then waits on each, at once). Its node is
+  the call, the others take no time at its return (the program then waits on each, at once). A wait in a
+  callback given to such a future (``then``, ``add_done_callback``) is none: it runs once the Work is
+  done, usually on the backend's thread, not where the program waited. Its node is
   named ``c10d::wait``. ``Future.value()`` waits for nothing (on a future not yet done it raises): it is
   not a wait. DDP's reducer waits in C++: not seen. FSDP2's own unshards and reduce_scatters pass
   ``async_op=False``: on gloo each blocks in its call, a blocking collective with no wait node.
@@ -139,6 +141,9 @@ class WaitHooks:
         self._works: dict[int, tuple[weakref.ref[Any], tuple[_Issued, ...]]] = {}
         self._patches = Patches()
         self._scatters: list[tuple[int, int, int]] = []  # (thread ident, start, end) of each call
+        # depth: how many callbacks of such futures this thread is running (their waits are none: see
+        # _wrap_stands_for)
+        self._callbacks = threading.local()
         self.installed = False
 
     def install(self) -> None:
@@ -163,7 +168,8 @@ class WaitHooks:
             (Work, "wait", self._wrap_wait),
             (future, "wait", self._wrap_wait),
             (Work, "get_future", self._wrap_stands_for),
-            (future, "then", self._wrap_stands_for),
+            (future, "then", functools.partial(self._wrap_stands_for, callback=True)),
+            (future, "add_done_callback", functools.partial(self._wrap_stands_for, callback=True)),
             (torch._C, "_collect_all", functools.partial(self._wrap_stands_for, of_list=True)),
         ):
             orig = getattr(owner, name, None)
@@ -222,9 +228,10 @@ class WaitHooks:
         ``collect_all``, begin at its return)."""
         recording, step_of, waits, works = self._recording, self._step_of, self._waits, self._works
         clock, native, ident = time.time_ns, threading.get_native_id, threading.get_ident
+        callbacks = self._callbacks
 
         def wait(self: Any, *args: Any, **kwargs: Any) -> Any:
-            if compiling():
+            if compiling() or getattr(callbacks, "depth", 0) > 0:
                 return orig(self, *args, **kwargs)
             entry = works.pop(id(self), None) if works else None
             if entry is None or entry[0]() is not self or not recording():
@@ -248,23 +255,35 @@ class WaitHooks:
         return wait
 
     def _wrap_stands_for(
-        self, orig: Callable[..., Any], compiling: Callable[[], bool], *, of_list: bool = False
+        self,
+        orig: Callable[..., Any],
+        compiling: Callable[[], bool],
+        *,
+        of_list: bool = False,
+        callback: bool = False,
     ) -> Callable[..., Any]:
         """``Work.get_future`` and ``Future.then``: the future returned stands for what ``self`` does;
-        ``of_list``: ``torch._C._collect_all``, for what its futures do, in list order."""
-        works = self._works
+        ``of_list``: ``torch._C._collect_all``, for what its futures do, in list order. ``callback``
+        (``then``, ``add_done_callback``): the callback given a future that stands for recorded calls
+        makes no wait on them: it runs once the future is done (on the thread that completed it, or at
+        once in this call), and ``fut.wait()`` in it, as torch's documentation writes callbacks, is not
+        where the program waited (taken for the call's wait, it would leave out the wait that blocked)."""
+        works, callbacks = self._works, self._callbacks
 
         def stands_for(first: Any, *args: Any, **kwargs: Any) -> Any:
+            if not works or compiling():
+                return orig(first, *args, **kwargs)
+            calls: list[_Issued] = []
+            for f in first if of_list else (first,):
+                entry = works.get(id(f))
+                if entry is not None and entry[0]() is f:
+                    calls += entry[1]
+            if calls and callback and args:
+                args = (_no_waits(args[0], callbacks), *args[1:])
             out = orig(first, *args, **kwargs)
-            if works and not compiling():
-                calls: list[_Issued] = []
-                for f in first if of_list else (first,):
-                    entry = works.get(id(f))
-                    if entry is not None and entry[0]() is f:
-                        calls += entry[1]
-                if calls:
-                    with contextlib.suppress(TypeError):  # (a future takes weak references)
-                        works[id(out)] = (weakref.ref(out), tuple(calls))
+            if calls and out is not None:
+                with contextlib.suppress(TypeError):  # (a future takes weak references)
+                    works[id(out)] = (weakref.ref(out), tuple(calls))
             return out
 
         stands_for.__doc__ = orig.__doc__
@@ -312,6 +331,19 @@ class WaitHooks:
             )
             for n, s, e, t, i, st, iss, it, took in raw
         ]
+
+
+def _no_waits(callback: Callable[[Any], Any], callbacks: threading.local) -> Callable[[Any], Any]:
+    """``callback``, with the waits it makes not recorded (:meth:`WaitHooks._wrap_stands_for`)."""
+
+    def run(fut: Any) -> Any:
+        callbacks.depth = getattr(callbacks, "depth", 0) + 1
+        try:
+            return callback(fut)
+        finally:
+            callbacks.depth -= 1
+
+    return run
 
 
 # ---- the trace's nodes (pure) ------------------------------------------------------------------------
