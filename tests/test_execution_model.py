@@ -929,6 +929,48 @@ def _recv_before_send(tmp_path: Path, recv_ms: float) -> Path:
     return b.write(tmp_path / f"run-recv-{recv_ms}")
 
 
+def _drifting_clock(tmp_path: Path, drift_ms_per_step: float) -> Path:
+    """Two ranks, 20 steps of 1,031 ms: rank 0 computes 30 ms longer, and rank 1 waits for it at the
+    all_reduce; rank 1's clock gains ``drift_ms_per_step`` on rank 0's each step (a host clock running
+    fast, aligned once at the start)."""
+    b = RunBuilder(2)
+    step_ms = 1031
+    for k in range(20):
+        t0 = k * step_ms * MS
+        r0, r1 = b.rank(0).step(k), b.rank(1).step(k)
+        r0.compute("compute", 1030 * MS, start_ns=t0)
+        r0.collective(CommType.ALL_REDUCE, 4096, MS, start_ns=t0 + 1030 * MS)
+        late = round(k * drift_ms_per_step * MS)
+        r1.compute("compute", 1000 * MS, start_ns=t0 + late)
+        r1.collective(CommType.ALL_REDUCE, 4096, 31 * MS, start_ns=t0 + 1000 * MS + late)
+    return b.write(tmp_path / f"run-{drift_ms_per_step}")
+
+
+def test_a_rank_whose_clock_drifts_after_alignment_is_said_with_how_far_though_no_collective_contradicts(
+    tmp_path: Path,
+) -> None:
+    # 2 hosts, host B's clock 1,000 ppm fast (libfaketime): the offsets, measured at the window's start,
+    # were 0.2 ms off there and 21.5 ms off 21 s later; every skew and wait between the hosts late in the
+    # run was off by up to that. Where the drift shortens a wait (here: the waiting rank's clock is the fast
+    # one), no member is recorded as done before another began: rank 0's 30 ms lateness read 11 ms at the
+    # last step, and check, analyze and replay said nothing
+    from skewlens.replay.execution import clock_note
+
+    run = load_run(_drifting_clock(tmp_path, 1.0))
+    note = clock_note(run)
+    assert note == (
+        "clocks drift: rank 1's clock gained 15.0 ms on rank 0's over 15.5 s (970 ppm): the ends of the 20 "
+        "collectives they share, which finish together, moved apart from the first of them to the last (a "
+        "host clock running fast or slow, or set while it ran); the offsets align the clocks at the window's "
+        "start only, so the skew and waits between those ranks late in the run are off by about 15.0 ms "
+        "(near the start, by less)"
+    )
+    assert note in analyze_run(run, blame=False).notes
+    # the same run on one clock, and a drift under the ends' own spread (0.1 ms a step: 1.9 ms), say nothing
+    assert clock_note(load_run(_drifting_clock(tmp_path, 0.0))) is None
+    assert clock_note(load_run(_drifting_clock(tmp_path, 0.1))) is None
+
+
 def test_a_recv_recorded_without_an_end_is_no_clock_error_against_its_later_send(tmp_path: Path) -> None:
     from skewlens.replay.execution import clock_note
 
