@@ -1342,6 +1342,11 @@ def clock_contradictions(run: RunTrace) -> list[ClockContradiction]:
 #: together (on one host, under load, their medians over a third of a run moved by 0.1 ms).
 CLOCK_DRIFT_NOTE_NS = 2_000_000
 
+#: How many times the ends' own spread (the median distance from their median, at either end of the run)
+#: a drift must exceed: on one clock, 4 gloo ranks of 2 torchrun under load, the ends of 15 collectives
+#: were 1-4 ms apart (one 12.7), and the medians of the first 5 and the last 5 differed by 2.1 ms.
+_DRIFT_SPREADS = 4
+
 #: Fewest collectives at each end of the run :func:`clock_drifts` compares (a median of fewer is one
 #: slow end), and a tenth of them where there are more.
 _DRIFT_EDGE = 5
@@ -1382,8 +1387,8 @@ def clock_drifts(run: RunTrace) -> list[ClockDrift]:
     ends is the difference of their clocks then; a capture measures each rank's offset once, at the
     window's start, so a difference that grows over the run is a clock running fast or slow (or stepped)
     on the rank's host, which the offset does not correct. Compared: the median difference over the
-    first tenth (5 at least) of such collectives the two ranks share, against that over the last tenth;
-    15 at least."""
+    first tenth (5 at least) of such collectives the two ranks share, against that over the last tenth
+    (15 at least), reported past 2 ms and past 4 times the differences' own spread about those medians."""
     if len(run.ranks) < 2:
         return []
     ref = min(run.ranks)
@@ -1406,10 +1411,13 @@ def clock_drifts(run: RunTrace) -> list[ClockDrift]:
         edge = max(_DRIFT_EDGE, len(got) // 10)
         if len(got) < 3 * edge:
             continue
-        first, last = got[:edge], got[-edge:]
-        by = round(float(np.median([d for _, d in last]) - np.median([d for _, d in first])))
-        over = round(float(np.median([t for t, _ in last]) - np.median([t for t, _ in first])))
-        if abs(by) > CLOCK_DRIFT_NOTE_NS:
+        first = np.array([d for _, d in got[:edge]], dtype=np.float64)
+        last = np.array([d for _, d in got[-edge:]], dtype=np.float64)
+        by = round(float(np.median(last) - np.median(first)))
+        over = round(float(np.median([t for t, _ in got[-edge:]]) - np.median([t for t, _ in got[:edge]])))
+        # the ends' own spread about each median (a gloo worker's end seen ms late under load)
+        spread = float(np.median(np.abs(np.concatenate([first - np.median(first), last - np.median(last)]))))
+        if abs(by) > max(CLOCK_DRIFT_NOTE_NS, _DRIFT_SPREADS * spread):
             out.append(ClockDrift(rank=r, against=ref, by_ns=by, over_ns=over, samples=len(got)))
     return sorted(out, key=lambda d: -abs(d.by_ns))
 
