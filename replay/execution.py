@@ -1383,7 +1383,7 @@ class ClockDrift:
 
 def clock_drifts(run: RunTrace) -> list[ClockDrift]:
     """Ranks whose clocks drift against the lowest rank's, largest first. The members of an all_reduce
-    (all_gather, all_to_all, reduce_scatter, barrier) finish together, so the difference of their recorded
+    (all_gather, reduce_scatter, barrier) finish together, so the difference of their recorded
     ends is the difference of their clocks then; a capture measures each rank's offset once, at the
     window's start, so a difference that grows over the run is a clock running fast or slow (or stepped)
     on the rank's host, which the offset does not correct. Compared: the median difference over the
@@ -1392,33 +1392,49 @@ def clock_drifts(run: RunTrace) -> list[ClockDrift]:
     if len(run.ranks) < 2:
         return []
     ref = min(run.ranks)
-    samples: dict[int, list[tuple[int, int]]] = {}
+    member_ranks: list[int] = []
+    member_rows: list[int] = []
+    sizes: list[int] = []
     for g in execution_model(run).syncs:
         if g.is_p2p or run.collectives[g.index].comm_type not in _FINISH_TOGETHER or ref not in g.ranks:
             continue
-        rts = [run.ranks[r] for r in g.ranks]
-        starts = [int(rt.start_ns[w]) for rt, w in zip(rts, g.rows, strict=True)]
-        ends = [int(rt.start_ns[w] + rt.dur_ns[w]) for rt, w in zip(rts, g.rows, strict=True)]
-        if any(e <= s for s, e in zip(starts, ends, strict=True)):  # an end not seen
-            continue
-        ref_end = ends[g.ranks.index(ref)]
-        for r, e in zip(g.ranks, ends, strict=True):
-            if r != ref:
-                samples.setdefault(r, []).append((ref_end, e - ref_end))
+        member_ranks += g.ranks
+        member_rows += g.rows
+        sizes.append(len(g.ranks))
+    if not sizes:
+        return []
+    ranks = np.array(member_ranks, dtype=np.int64)
+    rows = np.array(member_rows, dtype=np.int64)
+    sync = np.repeat(np.arange(len(sizes)), sizes)
+    ends = np.zeros(len(ranks), dtype=np.int64)
+    seen = np.zeros(len(ranks), dtype=bool)
+    for r in np.unique(ranks).tolist():
+        at = ranks == r
+        rt = run.ranks[r]
+        ends[at] = rt.start_ns[rows[at]] + rt.dur_ns[rows[at]]
+        seen[at] = rt.dur_ns[rows[at]] > 0  # a zero-length member's end was not seen
+    whole = np.bincount(sync, weights=~seen, minlength=len(sizes)) == 0
+    is_ref = ranks == ref
+    ref_end = np.zeros(len(sizes), dtype=np.int64)
+    ref_end[sync[is_ref]] = ends[is_ref]
+    keep = whole[sync] & ~is_ref
+    k_ranks, k_times = ranks[keep], ref_end[sync[keep]]
+    k_diffs = (ends - ref_end[sync])[keep].astype(np.float64)
     out: list[ClockDrift] = []
-    for r, got in sorted(samples.items()):
-        got.sort()
-        edge = max(_DRIFT_EDGE, len(got) // 10)
-        if len(got) < 3 * edge:
+    for r in np.unique(k_ranks).tolist():
+        at = k_ranks == r
+        order = np.argsort(k_times[at], kind="stable")
+        times, diffs = k_times[at][order], k_diffs[at][order]
+        edge = max(_DRIFT_EDGE, len(diffs) // 10)
+        if len(diffs) < 3 * edge:
             continue
-        first = np.array([d for _, d in got[:edge]], dtype=np.float64)
-        last = np.array([d for _, d in got[-edge:]], dtype=np.float64)
+        first, last = diffs[:edge], diffs[-edge:]
         by = round(float(np.median(last) - np.median(first)))
-        over = round(float(np.median([t for t, _ in got[-edge:]]) - np.median([t for t, _ in got[:edge]])))
+        over = round(float(np.median(times[-edge:]) - np.median(times[:edge])))
         # the ends' own spread about each median (a gloo worker's end seen ms late under load)
         spread = float(np.median(np.abs(np.concatenate([first - np.median(first), last - np.median(last)]))))
         if abs(by) > max(CLOCK_DRIFT_NOTE_NS, _DRIFT_SPREADS * spread):
-            out.append(ClockDrift(rank=r, against=ref, by_ns=by, over_ns=over, samples=len(got)))
+            out.append(ClockDrift(rank=r, against=ref, by_ns=by, over_ns=over, samples=len(diffs)))
     return sorted(out, key=lambda d: -abs(d.by_ns))
 
 
