@@ -15,7 +15,9 @@ For every collective instance and every matched send/recv pair (an *event*):
 
   - compute: summed COMP durations per op name; the ops that grew most are named;
   - host gap: idle time before nodes (``start - latest dependency end``), split into gaps right before a
-    send (``late_send``) and other gaps (``host_gap``);
+    send (``late_send``) and other gaps (``host_gap``), whose cause says where the gap that grew most sat
+    on the late member's thread (:func:`_gap_place`: ``after Optimizer.step#SGD.step, before
+    c10d::barrier``);
   - earlier wait: time the late member itself spent waiting for peers at communication in its window
     (the breakdown's ``W``: not a wait node's wait for the transfer), where not hidden under compute (an
     asynchronous all_reduce waiting under backward compute costs nothing). Then the lateness is passed
@@ -42,6 +44,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from skewlens.analysis.index import (
+    I32,
     I64,
     B,
     Coverage,
@@ -107,6 +110,10 @@ class Cause:
     when that member is the blamed rank itself, whose own lateness came back to it: ``via_rank`` is -1)."""
     untraced: tuple[int, ...] = ()
     """Of an :attr:`CauseKind.UNTRACED` cause: the group's members without a trace."""
+    gap_at: str = ""
+    """Of a host-gap cause: where the gap that grew most lay on the late member's thread, between the traced
+    ops around it (:func:`_gap_place`): ``after Optimizer.step#SGD.step, before c10d::barrier``, ``at the
+    start of step 4, before aten::randn``, ``before aten::mm``; empty where not known."""
 
     @property
     def stalled_scope(self) -> bool:
@@ -146,7 +153,8 @@ class Cause:
             grown = ", ".join(f"{_short(n)} +{d / 1e6:.1f} ms" for n, d in ops) or f"+{ms:.1f} ms"
             return f"compute grew: {grown}"
         if self.kind is CauseKind.HOST_GAP:
-            return f"host idle/gap +{ms:.1f} ms"
+            at = f" ({self.gap_at})" if self.gap_at else ""
+            return f"host idle/gap +{ms:.1f} ms{at}"
         if self.kind is CauseKind.LATE_SEND:
             return f"late send: host gap +{ms:.1f} ms before the send"
         if self.kind is CauseKind.WAIT:
@@ -550,6 +558,109 @@ def _idle_by_step(ri: RankIndex, window: tuple[list[int], I64, I64] | None, a: i
     return out
 
 
+#: How many of a window's longest idle stretches :func:`_gaps_by_place` places (an ``ops`` capture's window
+#: holds an untraced stretch between every two operators: thousands, most of a few us).
+_GAPS_PLACED = 16
+#: How many rows before and after an idle stretch :func:`_op_after` / :func:`_op_before` look at.
+_AROUND = 64
+
+
+def _gap_place(
+    ix: RunIndex,
+    windows: Mapping[int, tuple[list[int], I64, I64]],
+    delta_ns: int,
+    late: tuple[RankIndex, int, int],
+    med: tuple[RankIndex, int, int],
+) -> str:
+    """:attr:`Cause.gap_at` of a host-gap cause of growth ``delta_ns``: of the late member's idle stretches
+    in its window (``late``: its rank, from, to) by where they lay (:func:`_gaps_by_place`), the place whose
+    idle grew most against the median member's (``med``) at the same place, where it grew by half the cause
+    or more (not one of many small gaps); else empty."""
+    grown = _gaps_by_place(ix, windows, *late)
+    for place, idle in _gaps_by_place(ix, windows, *med).items():
+        grown[place] = grown.get(place, 0) - idle
+    best = max(grown, key=lambda p: grown[p], default="")
+    return best if best and 2 * grown[best] >= delta_ns else ""
+
+
+def _gaps_by_place(
+    ix: RunIndex, windows: Mapping[int, tuple[list[int], I64, I64]], ri: RankIndex, a: int, b: int
+) -> dict[str, int]:
+    """Place -> ``ri``'s idle time (no node running) in ``[a, b)`` there, of its :data:`_GAPS_PLACED`
+    longest idle stretches, each placed by the traced ops around it: ``after X, before Y`` (the op that ended
+    last before it, the op that began first at its end, each as a cause names it, :func:`_short`); ``at the
+    start of step N, before Y`` where the rank's step began after that op ended (or none did) and before
+    the stretch's end; ``before Y`` where no op nor step mark came before. A stretch right before a send
+    is not placed: it is a late send's."""
+    starts, ends = ri.cov_all.starts, ri.cov_all.ends
+    # stretch k lies between interval k-1's end and interval k's start (unbounded before the first and
+    # after the last); those that meet [a, b)
+    k0 = int(np.searchsorted(starts, a, side="right"))
+    k1 = int(np.searchsorted(ends, b, side="left"))
+    if k0 > k1:
+        return {}
+    ks = np.arange(k0, k1 + 1)
+    lo, hi = np.full(ks.size, a, dtype=np.int64), np.full(ks.size, b, dtype=np.int64)
+    lo[ks > 0] = ends[ks[ks > 0] - 1]
+    hi[ks < starts.size] = starts[ks[ks < starts.size]]
+    idle = np.minimum(hi, b) - np.maximum(lo, a)
+    top = np.argsort(-idle, kind="stable")[:_GAPS_PLACED]
+    out: dict[str, int] = defaultdict(int)
+    window = windows.get(ri.rank)
+    for i in top.tolist():
+        if idle[i] <= 0:
+            break
+        x, y = int(lo[i]), int(hi[i])
+        before = _op_before(ri, y)
+        if before >= 0 and ri.is_send[before]:
+            continue
+        after = _op_after(ri, x)
+        parts = []
+        since = int(ri.end_ns[after]) if after >= 0 else np.iinfo(np.int64).min
+        marks = (
+            [st for st, s in zip(window[0], window[1].tolist(), strict=True) if since < s < y]
+            if window is not None
+            else []
+        )
+        if marks and marks[-1] >= 0:
+            parts.append(f"at the start of step {marks[-1]}")
+        elif after >= 0:
+            parts.append(f"after {_short(ix.names[int(ri.gname[after])])}")
+        if before >= 0:
+            parts.append(f"before {_short(ix.names[int(ri.gname[before])])}")
+        out[", ".join(parts)] += int(idle[i])
+    return dict(out)
+
+
+def _traced(ri: RankIndex, rows: I32) -> I32:
+    """Those of ``rows`` that are traced ops: not untraced host time, not metadata."""
+    keep = ~ri.is_untraced[rows] & (ri.trace.node_type[rows] != int(NodeType.METADATA))
+    return rows[keep]
+
+
+def _op_after(ri: RankIndex, x: int) -> int:
+    """The traced op (:func:`_traced`) of ``ri`` that ended last at or before ``x`` (of those ending
+    together, the outermost: begun first), among the :data:`_AROUND` begun last by then; -1 if none."""
+    k = int(np.searchsorted(ri.sorted_start, x, side="right"))
+    rows = _traced(ri, ri.order[max(k - _AROUND, 0) : k])
+    rows = rows[ri.end_ns[rows] <= x]
+    if not rows.size:
+        return -1
+    last = rows[ri.end_ns[rows] == ri.end_ns[rows].max()]
+    return int(last[np.argmin(ri.trace.start_ns[last])])
+
+
+def _op_before(ri: RankIndex, y: int) -> int:
+    """The traced op (:func:`_traced`) of ``ri`` that began first at or after ``y`` (of those beginning
+    together, the outermost: ending last), among the :data:`_AROUND` begun first from then; -1 if none."""
+    k = int(np.searchsorted(ri.sorted_start, y, side="left"))
+    rows = _traced(ri, ri.order[k : k + _AROUND])
+    if not rows.size:
+        return -1
+    first = rows[ri.trace.start_ns[rows] == ri.trace.start_ns[rows].min()]
+    return int(first[np.argmax(ri.end_ns[first])])
+
+
 def _window_start(
     ix: RunIndex, ri: RankIndex, prev_row: int | None, row: int, collective: bool, *, first_step: int
 ) -> tuple[int, int]:
@@ -814,6 +925,9 @@ def analyze_skew(ix: RunIndex) -> SkewResult:
                 late_window = (rts[li], starts[0], int(arr[li]))
                 med_window = (rts[mi], starts[1], int(arr[mi]))
                 cause_first_step = _first_step_of(cause, ix, windows, late_window, med_window)
+                if cause.kind is CauseKind.HOST_GAP:
+                    place = _gap_place(ix, windows, cause.delta_ns, late_window, med_window)
+                    cause = replace(cause, gap_at=place)
         if kind == "collective":
             prev_at[pg_name] = len(events)
             for r, w in zip(ranks, rows, strict=True):
@@ -914,7 +1028,10 @@ def _top_cause(kind: CauseKind, mine: list[SkewEvent]) -> Cause:
     """A rank's cause of kind ``kind`` from the events of that kind blamed on it that made others wait
     (``mine``; its own causes, not the ones passed on to it, where it has any): each amount is the growth
     before one such event, the mean over the events that name it weighted by the exposed wait each caused
-    (one 77.8 ms checkpoint barrier beside a barrier of no wait reads +77.8 ms, not +38.9)."""
+    (one 77.8 ms checkpoint barrier beside a barrier of no wait reads +77.8 ms, not +38.9). A host gap's
+    place (:attr:`Cause.gap_at`) is the one of the events that caused the most wait, where they caused more
+    than half of it (a data loader's gap, at step 0's start and after each step's last all_reduce, in
+    equal parts, is placed nowhere)."""
     own = [e for e in mine if not e.cause.passed_on] or mine
     weight = [e.total_exposed_wait_ns for e in own]
     delta = sum(e.cause.delta_ns * w for e, w in zip(own, weight, strict=True)) // max(sum(weight), 1)
@@ -928,6 +1045,14 @@ def _top_cause(kind: CauseKind, mine: list[SkewEvent]) -> Cause:
             grown[label] += d * w
             named[label] += w
             rep[label] = max(rep.get(label, (d * w, name)), (d * w, name))
+    if kind is CauseKind.HOST_GAP:
+        # where the gaps lay: the place of the events that caused the most wait, named where they caused
+        # more than half of it
+        at: dict[str, int] = defaultdict(int)
+        for e, w in zip(own, weight, strict=True):
+            at[e.cause.gap_at] += w
+        place = max(at, key=lambda p: at[p])
+        return Cause(kind=kind, delta_ns=delta, gap_at=place if 2 * at[place] > sum(weight) else "")
     if kind is not CauseKind.COMPUTE or not grown:
         return Cause(kind=kind, delta_ns=delta)
     top = sorted(grown, key=lambda n: -grown[n])[:TOP_OPS]

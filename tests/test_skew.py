@@ -566,7 +566,8 @@ def test_each_members_window_at_a_collective_starts_at_its_own_end_of_the_groups
     skew = analyze_skew(build_index(load_run(b.write(tmp_path / "run"))))
     (_, all_reduce) = skew.events
     assert (all_reduce.late_rank, all_reduce.blamed_rank) == (0, 0)
-    assert all_reduce.cause.text == "host idle/gap +38.9 ms"
+    place = "after c10d::broadcast_, before c10d::all_reduce_"
+    assert all_reduce.cause.text == f"host idle/gap +38.9 ms ({place})"
 
 
 def test_a_member_that_began_its_first_step_late_is_idle_not_said_to_have_waited(tmp_path: Path) -> None:
@@ -581,7 +582,9 @@ def test_a_member_that_began_its_first_step_late_is_idle_not_said_to_have_waited
     assert first.late_by_ns > 2 * MS
     assert first.cause.kind is CauseKind.HOST_GAP
     assert first.cause.delta_ns == pytest.approx(first.late_by_ns, abs=20_000)
-    assert first.cause.text == f"host idle/gap +{first.cause.delta_ns / 1e6:.1f} ms"
+    # it idled at its step's start, before its first op (the seeded start delay)
+    place = "at the start of step 0, before aten::addmm"
+    assert first.cause.text == f"host idle/gap +{first.cause.delta_ns / 1e6:.1f} ms ({place})"
 
 
 def _contradicted_then_late(tmp: Path, *, late: int) -> AnalysisResult:
@@ -839,3 +842,67 @@ def test_a_late_members_first_communication_opens_its_window_at_its_step_else_at
         first_op,
         delta,
     )
+
+
+def _host_gap_cause(b: object, tmp_path: Path) -> Cause:
+    """The cause of the last event of the run ``b`` (a RunBuilder) writes, of rank 1's lateness; rank 1's
+    top cause (the stragglers table's) the same."""
+    from skewlens.profiler.synth import RunBuilder
+
+    assert isinstance(b, RunBuilder)
+    skew = analyze_skew(build_index(load_run(b.write(tmp_path / "run"))))
+    event = skew.events[-1]
+    assert (event.late_rank, event.blamed_rank) == (1, 1)
+    assert event.cause.kind is CauseKind.HOST_GAP
+    assert skew.top_cause_in()[1].text == event.cause.text
+    return event.cause
+
+
+def test_a_host_gap_cause_says_between_which_two_ops_the_gap_sat(tmp_path: Path) -> None:
+    # rank 1 idles 30 ms between aten::mm and aten::add (a checkpoint write, a sleep before backward): the
+    # cause read "host idle/gap +30.0 ms", naming nothing, and the user had to find the gap in their code
+    from skewlens.profiler.synth import RunBuilder
+    from skewlens.profiler.vocab import CommType
+
+    b = RunBuilder(world_size=2)
+    for r in range(2):
+        rb = b.rank(r).step(0)
+        rb.compute("aten::mm", MS, start_ns=0)
+        rb.compute("aten::add", MS, start_ns=MS + (30 * MS if r == 1 else 0))
+        rb.collective(CommType.ALL_REDUCE, 4096, MS + (30 * MS if r == 0 else 0))
+    cause = _host_gap_cause(b, tmp_path)
+    assert cause.text == "host idle/gap +30.0 ms (after aten::mm, before aten::add)"
+    assert cause.op is None  # cause_op stays the op that grew of a compute cause
+
+
+def test_a_host_gap_at_a_steps_start_is_said_to_be_there(tmp_path: Path) -> None:
+    # step 1 begins 1 ms after step 0's all_reduce (its mark, its first node: untraced host time, a data
+    # loader); rank 1's lasts 30 ms, rank 0's 1 ms: the gap that grew lay at step 1's start, before aten::mm
+    from skewlens.profiler.synth import RunBuilder
+    from skewlens.profiler.vocab import CommType
+
+    b = RunBuilder(world_size=2)
+    for r in range(2):
+        rb = b.rank(r).step(0)
+        rb.compute("aten::mm", MS, start_ns=0)
+        rb.collective(CommType.ALL_REDUCE, 4096, MS)
+        rb.step(1)
+        rb.compute("untraced", (30 if r == 1 else 1) * MS, start_ns=3 * MS)
+        rb.compute("aten::mm", MS)
+        rb.collective(CommType.ALL_REDUCE, 4096, MS + (29 * MS if r == 0 else 0))
+    cause = _host_gap_cause(b, tmp_path)
+    assert cause.text == "host idle/gap +29.0 ms (at the start of step 1, before aten::mm)"
+
+
+def test_a_host_gap_before_a_ranks_first_op_names_only_the_op_after_it(tmp_path: Path) -> None:
+    # no step marks, and rank 1's first op begins 30 ms after rank 0's: nothing came before the gap
+    from skewlens.profiler.synth import RunBuilder
+    from skewlens.profiler.vocab import CommType
+
+    b = RunBuilder(world_size=2)
+    for r in range(2):
+        rb = b.rank(r)
+        rb.compute("aten::mm", MS, start_ns=30 * MS if r == 1 else 0)
+        rb.collective(CommType.ALL_REDUCE, 4096, MS + (30 * MS if r == 0 else 0))
+    cause = _host_gap_cause(b, tmp_path)
+    assert cause.text == "host idle/gap +30.0 ms (before aten::mm)"
