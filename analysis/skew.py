@@ -587,11 +587,11 @@ def _gaps_by_place(
     ix: RunIndex, windows: Mapping[int, tuple[list[int], I64, I64]], ri: RankIndex, a: int, b: int
 ) -> dict[str, int]:
     """Place -> ``ri``'s idle time (no node running) in ``[a, b)`` there, of its :data:`_GAPS_PLACED`
-    longest idle stretches, each placed by the traced ops around it: ``after X, before Y`` (the op that ended
-    last before it, the op that began first at its end, each as a cause names it, :func:`_short`); ``at the
-    start of step N, before Y`` where the rank's step began after that op ended (or none did) and before
-    the stretch's end; ``before Y`` where no op nor step mark came before. A stretch right before a send
-    is not placed: it is a late send's."""
+    longest idle stretches of :data:`SHOWN_NS` or more, each placed by the traced ops around it: ``after X,
+    before Y`` (the op that ended last before it, the op that began first at its end, each as a cause names
+    it, :func:`_short`); ``at the start of step N, before Y`` where the rank's last step mark before the
+    stretch's end lies after that op's end (or no op came before); ``before Y`` where no op nor step mark
+    came before. A stretch right before a send is not placed: it is a late send's."""
     starts, ends = ri.cov_all.starts, ri.cov_all.ends
     # stretch k lies between interval k-1's end and interval k's start (unbounded before the first and
     # after the last); those that meet [a, b)
@@ -608,7 +608,7 @@ def _gaps_by_place(
     out: dict[str, int] = defaultdict(int)
     window = windows.get(ri.rank)
     for i in top.tolist():
-        if idle[i] <= 0:
+        if idle[i] < SHOWN_NS:  # +0.0 ms: places nothing a cause would name
             break
         x, y = int(lo[i]), int(hi[i])
         before = _op_before(ri, y)
@@ -617,13 +617,11 @@ def _gaps_by_place(
         after = _op_after(ri, x)
         parts = []
         since = int(ri.end_ns[after]) if after >= 0 else np.iinfo(np.int64).min
-        marks = (
-            [st for st, s in zip(window[0], window[1].tolist(), strict=True) if since < s < y]
-            if window is not None
-            else []
-        )
-        if marks and marks[-1] >= 0:
-            parts.append(f"at the start of step {marks[-1]}")
+        # the last step mark before the stretch's end, where it lies after that op's end
+        m = int(np.searchsorted(window[1], y, side="left")) - 1 if window is not None else -1
+        mark = window[0][m] if window is not None and m >= 0 and int(window[1][m]) > since else -1
+        if mark >= 0:
+            parts.append(f"at the start of step {mark}")
         elif after >= 0:
             parts.append(f"after {_short(ix.names[int(ri.gname[after])])}")
         if before >= 0:
