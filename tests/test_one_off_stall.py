@@ -55,6 +55,9 @@ def test_a_one_off_stall_is_named_for_its_step_and_rank_with_its_size_and_its_re
     assert (at.late_rank, at.blamed_rank, at.cause.kind) == (1, 1, CauseKind.HOST_GAP)
     # what rank 1 idled more than rank 0 before the all_reduce: the sleep, give or take a shared CPU's noise
     assert at.cause.delta_ns == pytest.approx(stall_ns, abs=15_000_000)
+    # and where it sat: between the previous step's last op and this step's forward (before, no op named)
+    place = "after Optimizer.zero_grad#SGD.zero_grad, before DistributedDataParallel.forward"
+    assert at.cause.gap_at == place
     # no other step is blamed on the stall
     assert all(e.cause.delta_ns < stall_ns // 2 for e in events if e.step != STALL_STEP)
     text = " ".join(_render(stragglers_table(result)).split())
