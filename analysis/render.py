@@ -477,9 +477,11 @@ class WhatIf(NamedTuple):
 
 def what_if_notes(result: AnalysisResult, ranks: Sequence[int]) -> list[WhatIf]:
     """For each of ``ranks`` that made its peers wait mostly for one thing it did (half its caused wait or
-    more at events whose own cause is it, in the steps the per-step figures are a mean over, and in all
-    :data:`ONE_OFF_OF_STEP` of the job's median simulated step or more: a first step's warm-up of 0.45 ms
-    in six 13.5 ms steps is none), the replay that takes it away, at the steps where it did
+    more at events whose own cause is it, passed on by another rank or not: its caused wait holds both, and
+    before, a hybrid-sharded run's straggler, whose replicas waited for it through its shard peer, was named
+    none; in the steps the per-step figures are a mean over, and in all :data:`ONE_OFF_OF_STEP` of the job's
+    median simulated step or more: a first step's warm-up of 0.45 ms in six 13.5 ms steps is none), the
+    replay that takes it away, at the steps where it did
     (:func:`_what_if_steps`): untraced host time (events caused by ``host idle/gap``:
     ``slowdown=host_idle``), or a scope that stalled (events caused by ``compute grew`` whose first-named op
     is one, :attr:`~skewlens.analysis.skew.Cause.stalled_scope`: an ``op`` item matching its name, factor 0;
@@ -496,21 +498,21 @@ def what_if_notes(result: AnalysisResult, ranks: Sequence[int]) -> list[WhatIf]:
     on_median: set[tuple[int, str | None]] = set()  # (rank, scope) where the median member ran the scope too
     # (rank, what) -> event's step -> the earliest step where it grew in the late member's window
     grew_from: dict[tuple[int, str | None], dict[int, int]] = defaultdict(dict)
+    # (rank, what) -> the wait its lateness caused where another rank passed it on: counted with the rank's
+    # own events against its caused wait (which holds them too), but not where it stalled (not its steps)
+    passed: dict[tuple[int, str | None], int] = defaultdict(int)
     for e in result.skew.events:
         c = e.cause
-        if (
-            c.passed_on
-            or e.clock_contradicted
-            or e.blamed_rank < 0
-            or e.step not in wanted
-            or e.total_exposed_wait_ns <= 0
-        ):
+        if e.clock_contradicted or e.blamed_rank < 0 or e.step not in wanted or e.total_exposed_wait_ns <= 0:
             continue
         if c.kind is CauseKind.HOST_GAP:
             what: str | None = None
         elif c.stalled_scope:
             what = c.ops[0][0]
         else:
+            continue
+        if c.passed_on:
+            passed[(e.blamed_rank, what)] += e.total_exposed_wait_ns
             continue
         held[e.blamed_rank][what][e.step] += e.total_exposed_wait_ns
         if e.cause_first_step >= 0:
@@ -521,7 +523,7 @@ def what_if_notes(result: AnalysisResult, ranks: Sequence[int]) -> list[WhatIf]:
     out = []
     for r in ranks:
         for what, by_step in held.get(r, {}).items():
-            total = sum(by_step.values())
+            total = sum(by_step.values()) + passed[(r, what)]
             if total < floor or 2 * total < caused.get(r, 0):
                 continue
             steps = _what_if_steps(by_step, step_floor, len(wanted))

@@ -20,8 +20,8 @@ from test_host_idle import STEPS, arrivals, stragglers_text, two_rank_run, what_
 from skewlens.cli import main as skewlens_main
 from skewlens.profiler.store import load_run
 from skewlens.profiler.store.model import RunTrace
-from skewlens.profiler.synth import RankBuilder
-from skewlens.profiler.vocab import COMPUTE_GAP_NODE_NAME
+from skewlens.profiler.synth import RankBuilder, RunBuilder
+from skewlens.profiler.vocab import COMPUTE_GAP_NODE_NAME, CommType
 from skewlens.replay.config import SlowdownConfig, SlowdownItemConfig
 from skewlens.replay.errors import ConfigError
 from skewlens.replay.real.plan import rank_plan
@@ -413,3 +413,50 @@ def test_a_caption_with_several_what_ifs_names_each_ones_replay_by_its_place_und
     assert one.caption == (
         "stragglers\nrank 1 made its peers wait for A; what if it were gone: the replay under the table"
     )
+
+
+def _passed_on_run(tmp_path: Path) -> RunTrace:
+    """4 ranks, ``STEPS`` steps of a fetch (the scope) and a 2 ms compute, then an all_reduce on group ``a``
+    (ranks 0, 1) and one on ``b`` (ranks 0, 2, 3), each ending 0.3 ms after its last arrival; at
+    ``STALL_STEP`` rank 1's fetch stalls ``STALL_NS``: rank 0 waits for it at ``a``, then arrives late at
+    ``b``, where ranks 2 and 3 wait, the lateness passed on by rank 0 (as hybrid sharding's replicas wait for
+    a shard group's straggler through its peer)."""
+    b = RunBuilder(world_size=4, groups={"0": (0, 1, 2, 3), "a": (0, 1), "b": (0, 2, 3)})
+    t = 0
+    for s in range(STEPS):
+        arrive = {}
+        for r in range(4):
+            rb = b.rank(r).step(s)
+            fetch = FETCH_NS + (STALL_NS if (r, s) == (1, STALL_STEP) else 0)
+            rb.compute(SCOPE, dur_ns=fetch, start_ns=t)
+            rb.compute("aten::mm", dur_ns=2_000_000)
+            arrive[r] = t + fetch + 2_000_000
+        end_a = max(arrive[0], arrive[1]) + 300_000
+        for r in (0, 1):
+            b.rank(r).collective(
+                CommType.ALL_REDUCE, 1 << 20, dur_ns=end_a - arrive[r], start_ns=arrive[r], pg="a"
+            )
+        at_b = {0: end_a, 2: arrive[2], 3: arrive[3]}
+        end_b = max(at_b.values()) + 300_000
+        for r, a in at_b.items():
+            b.rank(r).collective(CommType.ALL_REDUCE, 1 << 20, dur_ns=end_b - a, start_ns=a, pg="b")
+        t = max(end_a, end_b)
+    return load_run(b.write(tmp_path / "run", level="ops"))
+
+
+def test_analyze_names_the_op_replay_for_a_stall_whose_wait_was_mostly_passed_on_by_another_rank(
+    tmp_path: Path,
+) -> None:
+    # rank 1's stall made rank 0 wait at group a (its own event: 5 ms) and ranks 2 and 3 at group b through
+    # rank 0 (passed on: 10 ms): all 15 ms are rank 1's caused wait. Before, only its own events counted
+    # towards the half of it a what-if needs, so no replay was named (an FSDP1 HYBRID_SHARD run on 4 gloo
+    # ranks whose rank 1 slept 30 ms in a layer's forward: "compute grew: FullyShardedDataParallel.forward
+    # +29.1 ms", and no replay, where the 2-rank FULL_SHARD run named one)
+    run = _passed_on_run(tmp_path)
+    text = stragglers_text(run)
+    assert f"rank 1 made its peers wait for its scope {SCOPE}, which stalled" in text, text
+    # the replay, pasted, gives back the whole stall: no rank absorbed any of it
+    base = simulate(run).step_times()
+    assert what_if_step_times(run, tmp_path, rank=0) == {
+        s: t - (STALL_NS if s == STALL_STEP else 0) for s, t in base.items()
+    }
