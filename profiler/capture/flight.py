@@ -55,6 +55,7 @@ from skewlens.profiler.errors import CaptureError
 from skewlens.profiler.store.issues import format_bytes, rank_ranges
 from skewlens.profiler.vocab import (
     SPARSE_ALL_REDUCE_OP,
+    TORCH_DTYPE_NAMES,
     CommType,
     NodeType,
     collective_from_op,
@@ -107,12 +108,6 @@ DUMPS = (("nccl", "_dump_nccl_trace_json"), ("fr", "_dump_fr_trace_json"))
 SETTLE_S = 0.3
 #: Backends whose process groups feed the flight recorder.
 RECORDED_BACKENDS = ("gloo", "nccl")
-
-_DTYPE_NAMES = {
-    "Float": "float32", "Double": "float64", "Half": "float16", "BFloat16": "bfloat16", "Long": "int64",
-    "Int": "int32", "Short": "int16", "Char": "int8", "Byte": "uint8", "Bool": "bool",
-    "ComplexFloat": "complex64", "ComplexDouble": "complex128",
-}  # fmt: skip
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -253,7 +248,7 @@ def parse_dump(text: str | bytes, *, max_bytes: int = MAX_DUMP_BYTES, recorder: 
                 op=name,
                 created_ns=created,
                 numel=numel,
-                dtype=_DTYPE_NAMES.get(str(first), str(first).lower()),
+                dtype=TORCH_DTYPE_NAMES.get(str(first), str(first).lower()),
                 size_bytes=nbytes,
                 thread_ident=ident,
                 record_id=rid if isinstance(rid, int) and rid >= 0 else -1,
