@@ -160,6 +160,10 @@ def test_an_isend_or_irecv_no_wait_in_the_window_ended_is_a_node_without_an_end(
     (send,), (recv,) = by_name(nodes, "c10d::send"), by_name(nodes, "c10d::recv_")
     assert [(send.start_ns, send.dur_ns), (recv.start_ns, recv.dur_ns)] == [(50_000, 5_000), (50_400, 0)]
     assert unended == [1]
+    # a collective without an end is the hooks' to count (CommHooks.running), not counted again here
+    unended = []
+    build_nodes(one_step([coll(10_000, 12_000, seq=0), running, irecv]), unended=unended)
+    assert unended == [1]
 
 
 def test_no_node_of_the_thread_waits_for_communication_recorded_without_an_end() -> None:

@@ -14,6 +14,7 @@ from replay_workloads import RankFactor
 
 from skewlens.analysis.api import analyze_run
 from skewlens.analysis.records import CauseKind
+from skewlens.analysis.skew import _held
 from skewlens.profiler.store import load_run
 from skewlens.profiler.store.model import RunTrace
 from skewlens.profiler.synth import RankBuilder, RunBuilder
@@ -665,6 +666,7 @@ def test_a_sleep_before_the_first_backward_is_named_host_idle_where_no_earlier_b
 #: before the second bucket's end, under ``WAIT_RATIO`` (10) times that, and a third holds it; the
 #: fourth holds that end again (recorded 0.3 ms into it), a bucket already waited for. Step 3: the ends of
 #: two buckets are recorded 1 and 2 ms after the second stretch: it waited for the one recorded soonest.
+#: Step 4: the second stretch holds the end of one bucket 5 ms before its own end and another's at its end.
 _BUCKET_SHAPES: tuple[
     tuple[tuple[tuple[int, float, int], ...], tuple[tuple[str, float, float], ...]], ...
 ] = (
@@ -700,6 +702,15 @@ _BUCKET_SHAPES: tuple[
     ),
     (
         ((2, 25, 1 << 20), (3, 46, 2 << 20), (4, 47, 4 << 20)),
+        (
+            ("untraced", 4, 24),
+            ("copy_bucket_to_grad", 24, 24.5),
+            ("untraced", 24.5, 45),
+            ("copy_bucket_to_grad", 45, 45.5),
+        ),
+    ),
+    (
+        ((2, 25, 1 << 20), (3, 40, 2 << 20), (4, 45, 4 << 20)),
         (
             ("untraced", 4, 24),
             ("copy_bucket_to_grad", 24, 24.5),
@@ -758,6 +769,8 @@ def test_a_later_untraced_stretch_waits_for_the_bucket_it_holds_by_the_rule_of_t
         # (and not the last stretch too)
         (3, 4 * MS, 1 << 20),
         (3, 24_500_000, 2 << 20),  # the one recorded soonest after it
+        (4, 4 * MS, 1 << 20),
+        (4, 24_500_000, 4 << 20),  # the one recorded at its very end, not the one inside it before
     ]
 
 
@@ -1781,3 +1794,58 @@ def test_the_execution_models_arrays_are_read_only_so_an_analysis_cannot_change_
     before = simulate(run).makespan_ns
     assert simulate(run).makespan_ns == before
     assert {r: m.gap_ns.tolist() for r, m in em.ranks.items()} == gaps
+
+
+def test_a_collective_after_an_instance_neither_member_held_at_reads_its_own_step_not_the_trace(
+    tmp_path: Path,
+) -> None:
+    # one all_reduce a step whose early rank (0) waits for it under its backward (gloo's worker waits, its
+    # thread runs on: never held there), rank 1 sleeping 30 ms before it each step: no event synchronised
+    # the two, so each step's instance starts both windows at the step's start, not at the rank's first
+    # recorded step (that of a group's first instance), which would hold every earlier step's sleep too
+    b = RunBuilder(2)
+    for s in range(3):
+        t = s * 100 * MS
+        for r in (0, 1):
+            rb = b.rank(r).step(s)
+            prev = rb.compute("aten::mm", 10 * MS, start_ns=t)
+            at = t + 10 * MS
+            if r == 1:
+                prev = rb.compute("untraced", 30 * MS, start_ns=at, deps=(prev,))
+                at += 30 * MS
+            a = rb.collective(
+                CommType.ALL_REDUCE, 1 << 20, t + 45 * MS - at, start_ns=at, stream=COMM, deps=(prev,)
+            )
+            g = rb.compute("aten::mm", t + 60 * MS - at, start_ns=at, deps=(prev,))
+            rb.compute("Optimizer.step", 2 * MS, start_ns=t + 60 * MS, deps=(g, a))
+    out = analyze_run(load_run(b.write(tmp_path / "run")), blame=False)
+    assert [e.step for e in out.skew.events] == [0, 1, 2]
+    for e in out.skew.events:
+        assert e.late_rank == 1
+        assert e.cause.kind is CauseKind.HOST_GAP
+        assert e.cause.delta_ns == pytest.approx(30 * MS, abs=0.1 * MS)
+
+
+@pytest.mark.parametrize(("hidden_ms", "held"), [(12, True), (15, True), (16, False)])
+def test_a_rank_held_at_a_collective_where_half_its_wait_or_more_was_exposed(
+    tmp_path: Path, hidden_ms: int, held: bool
+) -> None:
+    # rank 0 waits 30 ms for rank 1 (asleep before its issue), ``hidden_ms`` of it under compute: its
+    # thread held at the collective (a synchronisation point of the two) where 15 ms or more was exposed
+    b = RunBuilder(2)
+    for r in (0, 1):
+        rb = b.rank(r).step(0)
+        prev = rb.compute("aten::mm", 10 * MS, start_ns=0)
+        at = 10 * MS
+        if r == 1:
+            prev = rb.compute("untraced", 30 * MS, start_ns=at, deps=(prev,))
+            at += 30 * MS
+        a = rb.collective(CommType.ALL_REDUCE, 1 << 20, 45 * MS - at, start_ns=at, stream=COMM, deps=(prev,))
+        end = at + hidden_ms * MS if r == 0 else 45 * MS
+        prev = rb.compute("aten::mm", end - at, start_ns=at, deps=(prev,))
+        if r == 0:
+            prev = rb.compute("untraced", 45 * MS - end, start_ns=end, deps=(prev,))
+        rb.compute("Optimizer.step", 2 * MS, start_ns=45 * MS, deps=(prev, a))
+    (e,) = analyze_run(load_run(b.write(tmp_path / "run")), blame=False).skew.events
+    assert (e.wait_ns.tolist(), e.exposed_wait_ns.tolist()) == ([30 * MS, 0], [(30 - hidden_ms) * MS, 0])
+    assert (_held(e, 0), _held(e, 1)) == (held, True)

@@ -903,8 +903,9 @@ def test_the_lenient_line_counts_collectives_and_p2p_ops_apart_and_the_dropped_s
 # ---------------------------------------------------------------------- ranks of another run, absent members
 
 
-def _straggler_run(path: Path, *, start_ns: int = 0) -> Path:
-    """Three ranks, two steps of an all_reduce after compute: rank 2's 10 ms longer, rank 1's 2 ms."""
+def _straggler_run(path: Path, *, start_ns: int = 0, source: str = "synthetic") -> Path:
+    """Three ranks, two steps of an all_reduce after compute: rank 2's 10 ms longer, rank 1's 2 ms
+    (``source``: the manifest's)."""
     b = RunBuilder(world_size=3)
     for r in range(3):
         rb = b.rank(r)
@@ -913,7 +914,7 @@ def _straggler_run(path: Path, *, start_ns: int = 0) -> Path:
                 "aten::mm", dur_ns=(5 + {0: 0, 1: 2, 2: 10}[r]) * MS, start_ns=start_ns if k == 0 else None
             )
             rb.collective(CommType.ALL_REDUCE, 1 << 20, dur_ns=MS)
-    return b.write(path)
+    return b.write(path, source=source)
 
 
 def test_a_rank_file_of_another_run_is_refused_naming_it_and_left_out_leniently(tmp_path: Path) -> None:
@@ -958,6 +959,19 @@ def test_the_remedy_for_a_rank_file_of_another_run_says_it_leaves_the_rank_out_a
     assert check_main([str(d), "--no-progress"], console=Console(file=out, width=400)) == 1
     hint = out.getvalue().split("use the rest, skipping:")[1].strip().splitlines()
     assert hint == ["rank(s) 2 left out (another run's trace)"]
+
+
+def test_an_imported_runs_rank_file_is_not_refused_for_nodes_outside_its_manifests_steps(
+    tmp_path: Path,
+) -> None:
+    # an import's steps are read from its own files, and a step's GPU work may lie wholly outside the span
+    # it is given (the step before the profiler started): its spans say nothing of which run a file is of
+    d = _straggler_run(tmp_path / "run", source="import")
+    other = _straggler_run(tmp_path / "other", start_ns=10_000 * MS, source="import")
+    (d / "rank-2.et").write_bytes((other / "rank-2.et").read_bytes())
+    run = load_validated(d)
+    assert sorted(run.ranks) == [0, 1, 2]
+    assert int(run.ranks[2].start_ns.max()) > 10_000 * MS  # the other run's file, loaded as it is
 
 
 def test_a_collective_whose_group_has_a_member_without_a_trace_is_blamed_on_no_traced_rank(
@@ -1028,3 +1042,72 @@ def test_a_rank_whose_nodes_ran_just_past_its_step_marks_is_not_refused_as_anoth
     (d / "rank-2.et").write_bytes((other / "rank-2.et").read_bytes())
     run = load_validated(d, lenient_option="--lenient")
     assert sorted(run.ranks) == [0, 1, 2]
+
+
+def test_lateness_passed_on_from_a_wait_for_a_member_without_a_trace_is_blamed_on_no_rank(
+    tmp_path: Path,
+) -> None:
+    from skewlens.analysis.index import build_index
+    from skewlens.analysis.records import CauseKind
+    from skewlens.analysis.skew import analyze_skew
+
+    # rank 1 waits 30 ms for rank 3 at an all_reduce of group "late", whose rank 2's trace is lost (it may
+    # have been later still), so it comes 30 ms late to the all_reduce of group "duo" that rank 0 waits at:
+    # that lateness may be rank 2's, and no rank is blamed for it
+    b = RunBuilder(world_size=4, groups={"late": (1, 2, 3), "duo": (0, 1)})
+    for r in range(4):
+        rb = b.rank(r).step(0)
+        rb.compute("aten::mm", dur_ns=(40 if r == 3 else 10) * MS, start_ns=0)
+        if r:
+            rb.collective(CommType.ALL_REDUCE, 1 << 20, dur_ns=(31 if r == 1 else 1) * MS, pg="late")
+        if r < 2:
+            rb.collective(CommType.ALL_REDUCE, 1 << 20, dur_ns=(32 if r == 0 else 1) * MS, pg="duo")
+    d = b.write(tmp_path / "run")
+    (d / "rank-2.et").unlink()
+    skew = analyze_skew(build_index(load_validated(d, lenient=True)))
+    assert [(e.pg_name, e.late_rank, e.blamed_rank) for e in skew.events] == [("late", 3, -1), ("duo", 1, -1)]
+    assert skew.events[1].cause.kind is CauseKind.UNTRACED
+    assert skew.events[1].cause.passed_on
+    assert skew.caused_wait_ns == {}
+
+
+def test_a_send_between_traced_ranks_of_a_group_with_a_rank_without_a_trace_is_blamed_on_the_sender(
+    tmp_path: Path,
+) -> None:
+    from skewlens.analysis.index import build_index
+    from skewlens.analysis.records import CauseKind
+    from skewlens.analysis.skew import analyze_skew
+
+    # a send of rank 1's, 30 ms late, to rank 0 on the world group, whose rank 2's trace is lost: both
+    # members of the pair are traced, so rank 1 is blamed (only a collective may have waited for rank 2)
+    b = RunBuilder(world_size=3)
+    b.rank(0).step(0).compute("aten::mm", dur_ns=10 * MS, start_ns=0)
+    b.rank(0).recv(1, 1 << 20, 31 * MS)
+    b.rank(1).step(0).compute("aten::mm", dur_ns=40 * MS, start_ns=0)
+    b.rank(1).send(0, 1 << 20, MS)
+    b.rank(2).step(0).compute("aten::mm", dur_ns=10 * MS, start_ns=0)
+    d = b.write(tmp_path / "run")
+    (d / "rank-2.et").unlink()
+    (e,) = analyze_skew(build_index(load_validated(d, lenient=True))).events
+    assert (e.kind, e.late_rank, e.blamed_rank) == ("p2p", 1, 1)
+    assert e.cause.kind is not CauseKind.UNTRACED
+
+
+def test_the_worst_collectives_table_blames_no_rank_for_a_collective_with_a_member_without_a_trace(
+    tmp_path: Path,
+) -> None:
+    from skewlens.analysis.api import analyze_run
+    from skewlens.analysis.render import worst_collectives_table
+
+    d = _straggler_run(tmp_path / "run")
+    (d / "rank-2.et").unlink()
+    buf = io.StringIO()
+    Console(file=buf, width=250).print(worst_collectives_table(analyze_run(load_validated(d, lenient=True))))
+    text = buf.getvalue()
+    rows = [[c.strip() for c in line.split("│")[1:-1]] for line in text.splitlines() if line.startswith("│")]
+    # late: the last traced member; blamed: none
+    assert [(row[5], row[6]) for row in rows] == [("1", "-")] * 2
+    assert (
+        "blamed -: a member of the group has no trace and may have arrived last: late is the last traced "
+        "member, and its members' waits are charged to no rank"
+    ) in " ".join(text.split())
