@@ -1130,3 +1130,21 @@ def test_a_hierarchical_all_to_all_inside_one_node_costs_no_more_than_the_same_a
     assert across == round(4_000 + 4 * 4 * (size // 8) / 25.0) == 4_015
     # the other collectives keep hierarchical's ring inside a node (an all_gather of 8 pieces of S)
     assert one_node.collective_time_ns(CommType.ALL_GATHER, S, range(8)) == round(7 * (2_000 + S / 24.0))
+
+
+def test_a_hierarchical_all_to_all_on_one_dimension_costs_what_a_direct_one_does() -> None:
+    # hierarchical's all_to_all on one dimension is direct (flat_algorithm): its links and its α, a fully
+    # connected node's p − 1 links at once, and every pair's hops, not the ring's neighbours'
+    for kind in ("fully_connected", "ring", "switch"):
+        topo = Topology(
+            name="node",
+            dims=(
+                Dimension(kind=kind, size=8, bandwidth_gbps=24.0, latency_ns=2_000),
+                Dimension(kind="fat_tree", size=0, bandwidth_gbps=25.0, latency_ns=4_000, links_per_node=1),
+            ),
+        )
+        for members in (range(8), (0, 2, 5)):
+            direct, hier = (ModelTiming(topo, algorithm=a) for a in ("direct", "hierarchical"))
+            want = direct.collective_time_ns(CommType.ALL_TO_ALL, S, members)
+            got = hier.collective_time_ns(CommType.ALL_TO_ALL, S, members)
+            assert got == want, (kind, members)
