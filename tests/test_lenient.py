@@ -1111,3 +1111,18 @@ def test_the_worst_collectives_table_blames_no_rank_for_a_collective_with_a_memb
         "blamed -: a member of the group has no trace and may have arrived last: late is the last traced "
         "member, and its members' waits are charged to no rank"
     ) in " ".join(text.split())
+
+
+def test_a_rank_file_of_a_run_that_ran_before_this_one_is_refused_saying_how_long_before(
+    tmp_path: Path,
+) -> None:
+    # the mirror of the file that ran 9.968 s after: one of a run 10 s earlier (this run starting at 10 s);
+    # a file whose nodes ran among this run's steps, each outside its own, is no longer refused (5f0dd6d:
+    # a step mark may disagree with its nodes' times), so only a file apart from the steps is
+    d = _straggler_run(tmp_path / "run", start_ns=10_000 * MS)
+    other = _straggler_run(tmp_path / "other")
+    (d / "rank-2.et").write_bytes((other / "rank-2.et").read_bytes())
+    with pytest.raises(
+        ValidationError, match=r"rank 2's trace is not this run's: .*; they ran 9\.9\d\d s before"
+    ):
+        load_validated(d, lenient_option="--lenient")
