@@ -385,10 +385,13 @@ class _Window:
     by_name: I64
 
 
-def _window(ri: RankIndex, a: int, b: int, own_row: int) -> _Window:
+def _window(
+    ri: RankIndex, a: int, b: int, own_row: int, waits: tuple[Coverage, I64] | None = None
+) -> _Window:
     """What a member did in ``[a, b)``: compute (union over streams, and per op name: each op's work inside
     the window), idle time (no node of the rank running) split into the idle stretches right before sends
-    and the rest, and waits."""
+    and the rest, and waits (``waits``: W ∪ C and each row's wait, where not the index's)."""
+    cov_wait_comp, wait_ns = waits if waits is not None else (ri.cov_wait_comp, ri.wait_ns)
     rows = rows_starting_in(ri, a, b)
     rt = ri.trace
     comp = rows[ri.is_comp[rows]]
@@ -422,9 +425,9 @@ def _window(ri: RankIndex, a: int, b: int, own_row: int) -> _Window:
     # the event that opened the window, blaming the late rank for its own wait
     waited = np.concatenate([ri.order[max(k - _WAITING_AT_START, 0) : k], rows])
     w_start = rt.start_ns[waited]
-    inside = np.minimum(w_start + ri.wait_ns[waited], b) - np.maximum(w_start, a)
+    inside = np.minimum(w_start + wait_ns[waited], b) - np.maximum(w_start, a)
     # only waiting that nothing else hid counts (an asynchronous all_reduce waits under backward compute)
-    exposed_wait = (ri.cov_wait_comp.upto_one(b) - ri.cov_wait_comp.upto_one(a)) - compute
+    exposed_wait = (cov_wait_comp.upto_one(b) - cov_wait_comp.upto_one(a)) - compute
     return _Window(
         compute_ns=compute,
         host_gap_ns=max(idle - send_idle, 0),
@@ -798,6 +801,23 @@ def analyze_skew(ix: RunIndex) -> SkewResult:
         for name, g in run.process_groups.items()
         if not set(g.ranks) <= set(ix.ranks)
     }
+    # rank -> its waits as windows read them (:func:`_window`) where it took part in such a group's
+    # collective: all its time inside one counts as waiting there (maybe for a member without a trace), so
+    # lateness passed on from it is blamed on no rank; before, its only traced member's 31 ms there was no
+    # wait at all, and the rank was blamed for arriving 31 ms late at its next collective (cause none)
+    in_untraced: dict[int, list[int]] = defaultdict(list)
+    for c in run.collectives:
+        if c.pg_name in untraced_of:
+            for r, w in zip(c.ranks, c.rows, strict=True):
+                in_untraced[r].append(w)
+    waits: dict[int, tuple[Coverage, I64]] = {}
+    for r, rs in in_untraced.items():
+        ri, at = ix.ranks[r], np.asarray(rs, dtype=np.int64)
+        in_from, in_to, cw = ri.trace.start_ns[at], ri.end_ns[at], ri.cov_wait_comp
+        row_wait = ri.wait_ns.copy()
+        row_wait[at] = in_to - in_from
+        cov = Coverage.of(np.concatenate([cw.starts, in_from]), np.concatenate([cw.ends, in_to]))
+        waits[r] = (cov, row_wait)
     blamed_row: dict[int, I64] = {r: np.full(len(ri.trace), -1, dtype=np.int64) for r, ri in ix.ranks.items()}
     cause_of: dict[tuple[int, int], Cause] = {}
     history: dict[int, list[int]] = {}  # rank -> indexes into events of the events it took part in
@@ -876,8 +896,8 @@ def analyze_skew(ix: RunIndex) -> SkewResult:
                 # member's step start): a member that began its step later did not wait for anyone, so
                 # both windows start together and the late member's later start is its idle time
                 starts = [min(starts)] * 2
-            wl = _window(rts[li], starts[0], int(arr[li]), rows[li])
-            wm = _window(rts[mi], starts[1], int(arr[mi]), rows[mi])
+            wl = _window(rts[li], starts[0], int(arr[li]), rows[li], waits.get(late_rank))
+            wm = _window(rts[mi], starts[1], int(arr[mi]), rows[mi], waits.get(ranks[mi]))
             peer_wait = int(wait[mi]) if kind == "p2p" else int(wait.max())
             own_gap = int(rts[li].cov_all.idle_before(np.array([arr[li]]))[0])
             if kind == "p2p" and li == 0 and own_gap * 2 >= peer_wait:

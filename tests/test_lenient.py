@@ -1044,6 +1044,22 @@ def test_a_rank_whose_nodes_ran_just_past_its_step_marks_is_not_refused_as_anoth
     assert sorted(run.ranks) == [0, 1, 2]
 
 
+def _late_from_another_group(path: Path, *, late: tuple[int, ...]) -> Path:
+    """A step where rank 1 spends 31 ms in an all_reduce of group "late" (members ``late``, rank 1 first)
+    waiting for its last member (40 ms of compute, the others 10), then comes 31 ms late to the all_reduce of
+    group "duo" (ranks 0 and 1) that rank 0 waits at."""
+    world = max(late) + 1
+    b = RunBuilder(world_size=world, groups={"late": late, "duo": (0, 1)})
+    for r in range(world):
+        rb = b.rank(r).step(0)
+        rb.compute("aten::mm", dur_ns=(40 if r == late[-1] else 10) * MS, start_ns=0)
+        if r in late:
+            rb.collective(CommType.ALL_REDUCE, 1 << 20, dur_ns=(31 if r == 1 else 1) * MS, pg="late")
+        if r < 2:
+            rb.collective(CommType.ALL_REDUCE, 1 << 20, dur_ns=(32 if r == 0 else 1) * MS, pg="duo")
+    return b.write(path)
+
+
 def test_lateness_passed_on_from_a_wait_for_a_member_without_a_trace_is_blamed_on_no_rank(
     tmp_path: Path,
 ) -> None:
@@ -1054,20 +1070,37 @@ def test_lateness_passed_on_from_a_wait_for_a_member_without_a_trace_is_blamed_o
     # rank 1 waits 30 ms for rank 3 at an all_reduce of group "late", whose rank 2's trace is lost (it may
     # have been later still), so it comes 30 ms late to the all_reduce of group "duo" that rank 0 waits at:
     # that lateness may be rank 2's, and no rank is blamed for it
-    b = RunBuilder(world_size=4, groups={"late": (1, 2, 3), "duo": (0, 1)})
-    for r in range(4):
-        rb = b.rank(r).step(0)
-        rb.compute("aten::mm", dur_ns=(40 if r == 3 else 10) * MS, start_ns=0)
-        if r:
-            rb.collective(CommType.ALL_REDUCE, 1 << 20, dur_ns=(31 if r == 1 else 1) * MS, pg="late")
-        if r < 2:
-            rb.collective(CommType.ALL_REDUCE, 1 << 20, dur_ns=(32 if r == 0 else 1) * MS, pg="duo")
-    d = b.write(tmp_path / "run")
+    d = _late_from_another_group(tmp_path / "run", late=(1, 2, 3))
     (d / "rank-2.et").unlink()
     skew = analyze_skew(build_index(load_validated(d, lenient=True)))
     assert [(e.pg_name, e.late_rank, e.blamed_rank) for e in skew.events] == [("late", 3, -1), ("duo", 1, -1)]
     assert skew.events[1].cause.kind is CauseKind.UNTRACED
     assert skew.events[1].cause.passed_on
+    assert skew.caused_wait_ns == {}
+
+
+def test_lateness_passed_on_from_a_wait_where_the_rank_was_the_only_traced_member_is_blamed_on_no_rank(
+    tmp_path: Path,
+) -> None:
+    from skewlens.analysis.index import build_index
+    from skewlens.analysis.records import CauseKind
+    from skewlens.analysis.skew import analyze_skew
+
+    # rank 1 spends 31 ms in an all_reduce of group "late" waiting for rank 2, whose trace is lost: as its
+    # only traced member it waited for no traced rank, yet it comes 30 ms late to the all_reduce of group
+    # "duo" that rank 0 waits at, and that lateness may be rank 2's: no rank is blamed for it (before, rank
+    # 1 was, with cause none, and caused 31 ms of rank 0's wait)
+    d = _late_from_another_group(tmp_path / "run", late=(1, 2))
+    (d / "rank-2.et").unlink()
+    skew = analyze_skew(build_index(load_validated(d, lenient=True)))
+    assert [(e.pg_name, e.ranks, e.late_rank, e.blamed_rank) for e in skew.events] == [
+        ("late", (1,), 1, -1),
+        ("duo", (0, 1), 1, -1),
+    ]
+    duo = skew.events[1]
+    assert (duo.cause.kind, duo.cause.passed_on, duo.cause.untraced) == (CauseKind.UNTRACED, True, (2,))
+    assert duo.late_by_ns == 31 * MS
+    assert skew.events[0].wait_ns.tolist() == [0]  # the event keeps its recorded waits
     assert skew.caused_wait_ns == {}
 
 
