@@ -101,10 +101,10 @@ def test_a_topology_that_places_fewer_ranks_than_the_run_has_names_the_first_ran
     topo = _topology(tmp_path, _TWO_LEVEL)  # node_of_rank lists ranks 0 and 1 of the run's 4
     out = tmp_path / "out"
     assert main(["replay", f"trace={run_dir}", f"out={out}", f"topology={topo}", "comm_mode=model"]) == 2
-    assert _one_line_error(capsys).endswith("node_of_rank: no node given for rank 2")
+    assert "topology.node_of_rank: no node given for rank 2: " in _one_line_error(capsys)
     cal = tmp_path / "cal.yaml"
     assert main(["calibrate", str(run_dir), "--out", str(cal), "--topology", str(topo)]) == 2
-    assert _one_line_error(capsys).endswith("node_of_rank: no node given for rank 2")
+    assert "topology.node_of_rank: no node given for rank 2: " in _one_line_error(capsys)
 
 
 @pytest.mark.parametrize("text", ["- 1\n- 2\n", ""])
