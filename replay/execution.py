@@ -1387,8 +1387,9 @@ def clock_drifts(run: RunTrace) -> list[ClockDrift]:
     ends is the difference of their clocks then; a capture measures each rank's offset once, at the
     window's start, so a difference that grows over the run is a clock running fast or slow (or stepped)
     on the rank's host, which the offset does not correct. Compared: the median difference over the
-    first tenth (5 at least) of such collectives the two ranks share, against that over the last tenth
-    (15 at least), reported past 2 ms and past 4 times the differences' own spread about those medians."""
+    first tenth (5 at least) of such collectives the two ranks share, against that over the last tenth (of
+    a pair of ranks sharing fewer than three times that, none), reported past :data:`CLOCK_DRIFT_NOTE_NS`
+    and past :data:`_DRIFT_SPREADS` times the differences' own spread about those medians."""
     if len(run.ranks) < 2:
         return []
     ref = min(run.ranks)
