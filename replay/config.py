@@ -12,7 +12,7 @@ import dataclasses
 import difflib
 import typing
 from dataclasses import dataclass, field
-from numbers import Integral, Real
+from numbers import Real
 
 from omegaconf import MISSING, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -20,7 +20,7 @@ from omegaconf.errors import OmegaConfBaseException
 from skewlens.profiler.store.issues import counted
 from skewlens.replay.errors import ConfigError, first_line, shown
 from skewlens.replay.network.algorithms import ALGORITHMS
-from skewlens.replay.network.topology import Dimension, Topology, TopologyError
+from skewlens.replay.network.topology import Dimension, Topology, TopologyError, type_problem
 from skewlens.replay.simulate import COMM_MODES
 from skewlens.replay.slowdown import ZERO_FACTOR_KINDS, Slowdown, SlowdownFieldError, number_problem
 
@@ -106,9 +106,9 @@ def _as(kind: type[float] | type[int], value: typing.Any) -> typing.Any:
 def _whole(key: str, value: object) -> int:
     """``value``, an integer setting's, else a :class:`ConfigError` naming ``key``: a string (``nproc="4"``)
     was a TypeError from the range check after it."""
-    if isinstance(value, bool) or not isinstance(value, Integral):
-        raise ConfigError(f"{key}: must be an integer, got {value!r}")
-    return int(value)
+    if (problem := type_problem(value, whole=True)) is not None:
+        raise ConfigError(f"{key}: {problem}")
+    return int(typing.cast(int, value))
 
 
 @dataclass(kw_only=True)

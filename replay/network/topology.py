@@ -67,6 +67,14 @@ def config_message(e: TopologyError) -> str:
 _KEYED = re.compile(r"(?:node_of_rank|placement|dims(?:\[\d+\]\.\w+)?): ")
 
 
+def type_problem(value: object, *, whole: bool) -> str | None:
+    """What is wrong with the type of a config number (``whole``: an integer setting's), or None: a string
+    (``"8"``, a form's or a JSON document's) or a bool is neither; a fraction is no integer."""
+    if isinstance(value, bool) or not isinstance(value, Integral if whole else Real):
+        return f"must be {'an integer' if whole else 'a number'}, got {value!r}"
+    return None
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Dimension:
     """One level of a topology."""
@@ -91,10 +99,10 @@ class Dimension:
             raise TopologyError(f"kind: expected one of {', '.join(KINDS)}, got {self.kind!r}")
         # a string (a form's or a JSON document's "8") was a TypeError from the comparisons below
         for name in ("size", "links_per_node", "bandwidth_gbps", "latency_ns", "oversubscription"):
-            value = getattr(self, name)
-            whole = name in ("size", "links_per_node")
-            if isinstance(value, bool) or not isinstance(value, Integral if whole else Real):
-                raise TopologyError(f"{name}: must be {'an integer' if whole else 'a number'}, got {value!r}")
+            if (
+                problem := type_problem(getattr(self, name), whole=name in ("size", "links_per_node"))
+            ) is not None:
+                raise TopologyError(f"{name}: {problem}")
         if self.size < 0:
             raise TopologyError(f"size: must be >= 0, got {self.size}")
         if not self.bandwidth_gbps > 0:
