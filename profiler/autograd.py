@@ -24,6 +24,13 @@ def is_engine_op(name: str) -> bool:
     return name.startswith(ENGINE_OP_PREFIX)
 
 
+def is_accumulation(name: str) -> bool:
+    """Whether a host operator is the autograd engine's work on a gradient's accumulation (a leaf of the
+    backward graph: it accumulates the gradient and runs its hooks, DDP's reducer's among them, and
+    evaluates no other node)."""
+    return is_engine_op(name) and name.endswith("AccumulateGrad")
+
+
 def backward_runs(engine_starts: Sequence[int], main_starts: Sequence[int]) -> list[tuple[int, int]]:
     """The stretches of an engine thread's nodes during which the main thread started nothing, as
     ``(first, last)`` indices into ``engine_starts`` (their starts, sorted). ``main_starts``: sorted starts

@@ -746,6 +746,37 @@ def test_an_optimizer_step_whose_closure_ran_backward_gives_way_so_ddps_wait_ins
     ]
 
 
+def test_a_gradients_accumulation_whose_hook_bucket_completed_before_it_returned_stays_whole() -> None:
+    # µs, from a 2-rank DDP capture with a comm hook (2 in 30 captures split one step's evaluation): the
+    # hook issued the bucket at 45 inside AccumulateGrad's evaluation (0-400) and gloo finished it at 366,
+    # while the hook's Python ran on. Before, the evaluation gave way to its operators as if it had waited
+    # there, and the bucket was issued after a piece of it, not from inside it (a replay shortening the
+    # evaluation did not move the bucket). The reducer waits at the end of backward, after its last node
+    us = 1_000
+    name = "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad"
+    fr = replace(coll(45 * us, 45 * us, seq=1 << 40, is_async=True), op="gloo:all_reduce")
+    worker = [host_op("gloo:all_reduce", 46 * us, 320 * us, thread=8)]  # ends at 366
+    ops = [
+        host_op(name, 0, 400 * us),
+        host_op("torch::autograd::AccumulateGrad", 1 * us, 1 * us),
+        host_op("torch::distributed::reducer::copy_", 3 * us, 2 * us),
+        host_op("aten::div_", 20 * us, 14 * us),
+        host_op("c10d::allreduce_", 45 * us, 10 * us),
+        host_op("Optimizer.step#SGD.step", 500 * us, 90 * us),
+    ]
+    steps = [StepRecord(step=0, start_ns=0, end_ns=600 * us)]
+    cap = RankCapture(
+        rank=0, comms=[fr], steps=steps, groups=GROUPS, main_thread=MAIN, ops=ops, worker_events=worker
+    )
+    assert (0, 400 * us, name) in main_thread_compute(cap)
+    # the same completion inside an operator that ran a backward pass (optimizer.step(closure)) was waited
+    # for there: it gives way
+    closure = [host_op("Optimizer.step#SGD.step", 0, 400 * us), *ops[:5], ops[5]]
+    closure[1] = host_op(name, 10 * us, 40 * us)
+    cap = replace(cap, ops=sorted(closure, key=lambda o: (o.start_ns, -o.dur_ns)))
+    assert (0, 400 * us, "Optimizer.step#SGD.step") not in main_thread_compute(cap)
+
+
 def test_inside_a_scope_the_time_after_a_waited_collective_ended_is_the_scopes_not_untraced() -> None:
     # the thread blocked in wait() until the all_reduce ended at 38 us (no node: the wait), then ran 2 us of
     # the scope's own Python before aten::add: the collective is no longer in flight as that gap begins, so

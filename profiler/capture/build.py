@@ -37,7 +37,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
 
-from skewlens.profiler.autograd import backward_runs, is_engine_op, joins, joins_note
+from skewlens.profiler.autograd import backward_runs, is_accumulation, is_engine_op, joins, joins_note
 from skewlens.profiler.capture.records import (
     CALL_KINDS,
     END_UNKNOWN,
@@ -911,9 +911,15 @@ def _op_protos(
             # the wait (in 2 of 5 2-rank captures of an optimizer.step(closure), a rule asking for the
             # completion outside the operator's operators left Optimizer.step whole). A bucket issued
             # before the operator began (its transfer overlapping backward), or an operator without
-            # operators of its own (a matmul the completion landed in), holds no wait
+            # operators of its own (a matmul the completion landed in), holds no wait. Nor does a gradient's
+            # accumulation (AccumulateGrad's evaluation, whose post-hooks issue DDP's buckets): the reducer
+            # waits at the end of a backward pass, after its last node, and a bucket done before the
+            # evaluation returned (a fast all_reduce while a comm hook's Python ran on) was no wait (before,
+            # 2 in 30 captures of a comm hook on 2 gloo ranks split one such evaluation around its bucket)
             encloses_comm = k < len(comm_iv) and comm_iv[k][0] < end
-            encloses_comm = encloses_comm or (bool(children[i]) and _holds_flight(flown, o.start_ns, end))
+            encloses_comm = encloses_comm or (
+                bool(children[i]) and not is_accumulation(o.name) and _holds_flight(flown, o.start_ns, end)
+            )
             # a runtime call's correlation id is CUPTI's, not an operator's
             info = cap.host_ops.get(o.corr) if o.corr >= 0 and not o.kind else None
             # full level: a scope without an operator schema (autograd engine, module forward) is not
