@@ -50,7 +50,7 @@ from skewlens.profiler.store.schema import (
     write_table,
 )
 from skewlens.profiler.threads import default_workers, ordered_map, release_free_memory
-from skewlens.progress import NO_PROGRESS, Progress
+from skewlens.progress import NO_PROGRESS, Progress, given
 from skewlens.replay.execution import clock_note
 
 #: Output file names inside OUT_DIR.
@@ -124,7 +124,7 @@ def analyze_run(
     blame: bool = True,
     max_simulations: int | None = None,
     simulate_fn: SimulateFn | None = None,
-    progress: Progress = NO_PROGRESS,
+    progress: Progress | None = NO_PROGRESS,
 ) -> AnalysisResult:
     """Run every analysis on ``run``. ``max_simulations``: at most this many what-if simulations for the
     blame (None: no limit; ``skewlens analyze`` gives 16). ``progress`` is told of each analysis and what-if
@@ -134,6 +134,7 @@ def analyze_run(
     ``text2chakra`` write none): its times are the loader's layout, so there is nothing to measure, and
     beside ranks that record theirs (a run whose ranks came from two tools) they were set against those as
     if measured."""
+    progress = given(progress)
     if (problem := not_a_run(run)) is not None:
         raise AnalysisError(f"analyze_run: {problem}")
     # -1 was taken as 0 (every cost 0, silently); "3" (a widget's value) was a TypeError from a comparison

@@ -46,7 +46,7 @@ from skewlens.analysis.index import I32, I64, B, RankIndex, RunIndex
 from skewlens.analysis.records import BlameRecord, BlameStepRecord, CauseKind, HostBlameRecord
 from skewlens.analysis.skew import NO_CAUSE, SHOWN_NS, Cause, SkewResult
 from skewlens.profiler.threads import release_free_memory
-from skewlens.progress import NO_PROGRESS, Progress
+from skewlens.progress import NO_PROGRESS, Progress, given
 from skewlens.replay.execution import execution_model, host_idle_rows, replay_gaps, start_heads
 
 _OCC_MAX = (1 << 12) - 1
@@ -403,10 +403,11 @@ def analyze_blame(
     simulate_fn: SimulateFn | None = None,
     ranks: Sequence[int] | None = None,
     max_simulations: int | None = None,
-    progress: Progress = NO_PROGRESS,
+    progress: Progress | None = NO_PROGRESS,
     prove: bool = True,
 ) -> BlameResult:
     """Straggler cost of each rank from simulated what-ifs (see the module docstring)."""
+    progress = given(progress)
     run = ix.run
     unchanged: Callable[..., bool] | None = None
     # the baseline's stages under one bar (on a large run, seconds each: lowering, intervals, simulation)

@@ -22,7 +22,7 @@ from skewlens.profiler.store.issues import ranks_label, unmatched_comm
 from skewlens.profiler.store.model import RunTrace, type_mask
 from skewlens.profiler.store.validate import load_validated
 from skewlens.profiler.vocab import COMM_NODE_TYPES
-from skewlens.progress import NO_PROGRESS, Progress
+from skewlens.progress import NO_PROGRESS, Progress, given
 from skewlens.replay.calibrate import POOR_FIT_R2
 from skewlens.replay.config import ReplayConfig
 from skewlens.replay.errors import ConfigError
@@ -74,7 +74,7 @@ LENIENT_OPTION = "lenient=true"
 def load_trace(
     run_dir: str | Path,
     *,
-    progress: Progress = NO_PROGRESS,
+    progress: Progress | None = NO_PROGRESS,
     lenient: bool = False,
     lenient_option: str = LENIENT_OPTION,
 ) -> RunTrace:
@@ -233,7 +233,7 @@ def replay_run(
     cfg: ReplayConfig,
     out_dir: str | Path | None = None,
     *,
-    progress: Progress = NO_PROGRESS,
+    progress: Progress | None = NO_PROGRESS,
     config_yaml: str | None = None,
 ) -> ReplayOutcome:
     """Run the replay ``cfg`` describes and write its outputs into ``out_dir`` (default: ``cfg.out``);
@@ -249,6 +249,7 @@ def replay_run(
     ``real/plan`` and ``real/work`` included). A real replay across hosts writes ``run/`` and ``real/`` in
     ``out_dir`` itself (every host writes there): a failed one removes what it began
     (:func:`~skewlens.replay.outputs.real_dirs_state`), and its logs stay in ``real-failed/``."""
+    progress = given(progress)
     out_dir = Path(cfg.out if out_dir is None else out_dir)
     check_trace_outside(cfg.trace, out_dir)
     made = [d for d in (out_dir, *out_dir.parents) if not d.exists()]  # the deepest first

@@ -114,7 +114,7 @@ from skewlens.profiler.vocab import (
     NodeType,
     collective_message_bytes,
 )
-from skewlens.progress import NO_PROGRESS, Progress
+from skewlens.progress import NO_PROGRESS, Progress, given
 
 #: ``format`` of ``export.json``; an existing directory is replaced only if it holds one of these.
 EXPORT_FORMAT = "skewlens-astra-sim"
@@ -766,7 +766,7 @@ def export_astra_sim(
     host_compute: HostCompute = "auto",
     strict: bool = True,
     binary: str = ASTRA_BINARY,
-    progress: Progress = NO_PROGRESS,
+    progress: Progress | None = NO_PROGRESS,
     allow_option: str = "strict=False",
 ) -> AstraExport:
     """Write ``run_dir`` as an ASTRA-sim workload into ``out_dir`` (replaced atomically).
@@ -778,6 +778,7 @@ def export_astra_sim(
     run that ``skewlens check`` finds errors in (ASTRA-sim would stall on an unmatched collective), naming
     ``allow_option``, how the caller's user asks to export it all the same.
     """
+    progress = given(progress)
     from skewlens.profiler.store.issues import rank_ranges, unmatched_comm
     from skewlens.profiler.store.load import locate_run, parse_pg_init
 

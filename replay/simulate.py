@@ -731,7 +731,7 @@ def find_deadlock(run_trace: RunTrace) -> str | None:
 
 
 def validate_replayable(
-    path: str | Path, *, progress: Progress = NO_PROGRESS, decoder: Decoder = "auto"
+    path: str | Path, *, progress: Progress | None = NO_PROGRESS, decoder: Decoder = "auto"
 ) -> ValidationReport:
     """``validate_run`` plus what only the execution model can tell: whether the recorded order can
     complete at all (:func:`find_deadlock`; an error of kind ``deadlock``). What ``skewlens check`` runs,

@@ -2,9 +2,10 @@
 
 Long work (loading ranks, importing traces, exporting Parquet, the what-if simulations, a replay's stages)
 reports through a :class:`Progress`: ``with progress.task("loading ranks", total) as advance: ...
-advance()``. The library defaults to :data:`NO_PROGRESS`, which draws nothing; the CLIs pass
-:class:`skewlens.rich_progress.RichProgress`, a rich progress bar on stderr. This module imports nothing
-beyond the standard library, so the model, the store and the analyses stay free of rendering libraries.
+advance()``. The library defaults to :data:`NO_PROGRESS`, which draws nothing (as does ``progress=None``);
+the CLIs pass :class:`skewlens.rich_progress.RichProgress`, a rich progress bar on stderr. This module
+imports nothing beyond the standard library, so the model, the store and the analyses stay free of
+rendering libraries.
 """
 
 from __future__ import annotations
@@ -38,3 +39,9 @@ class _NoProgress:
 
 #: Draws nothing: the library's default.
 NO_PROGRESS: Progress = _NoProgress()
+
+
+def given(progress: Progress | None) -> Progress:
+    """``progress``, or :data:`NO_PROGRESS` where it is None: the Python API takes ``progress=None`` as no
+    progress, as leaving it out is."""
+    return NO_PROGRESS if progress is None else progress

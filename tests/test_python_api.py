@@ -908,3 +908,26 @@ print(multiprocessing.get_start_method())
     run = [sys.executable, "-c", code]
     out = subprocess.run(run, check=False, capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert (out.returncode, out.stdout.split()) == (0, ["True", "None", "spawn"]), out.stderr
+
+
+def test_progress_none_is_taken_as_no_progress_by_every_call_that_takes_progress(tmp_path: Path) -> None:
+    # a tool builder passing progress=None (as for "no callback") got AttributeError: 'NoneType' object has
+    # no attribute 'task' from inside the loader; None now draws nothing, as leaving it out does
+    from skewlens.profiler.store.load import load_run
+    from skewlens.profiler.store.parquet import export_run
+    from skewlens.profiler.store.validate import validate_run
+    from skewlens.replay.export_astra import export_astra_sim
+
+    run_dir = straggler_run(tmp_path)
+    run = load_validated(run_dir, progress=None)
+    assert sorted(run.ranks) == [0, 1]
+    assert sorted(load_run(run_dir, progress=None).ranks) == [0, 1]
+    assert validate_run(run_dir, progress=None).ok
+    res = analyze_run(run, progress=None)
+    assert res.stragglers[0].rank == 1 and res.stragglers[0].straggler_cost_ns == 6 * MS
+    quiet = export_run(run_dir, tmp_path / "pq", progress=None)
+    assert quiet.rows == export_run(run_dir, tmp_path / "pq2").rows and quiet.rows["nodes"] == sum(
+        len(rt) for rt in run.ranks.values()
+    )
+    astra = export_astra_sim(run_dir, tmp_path / "astra", progress=None)
+    assert sorted(astra.traces) == [0, 1] and all(p.exists() for p in astra.traces.values())

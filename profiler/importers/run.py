@@ -64,7 +64,7 @@ from skewlens.profiler.manifest import (
     write_manifest,
 )
 from skewlens.profiler.threads import POOL_DIED, process_pool, usable_cores
-from skewlens.progress import NO_PROGRESS, Progress
+from skewlens.progress import NO_PROGRESS, Progress, given
 
 
 def _not_replaceable(out: Path, overwrite: bool) -> str | None:
@@ -344,7 +344,7 @@ def import_traces(
     rank: int | None = None,
     world_size: int | None = None,
     overwrite: bool = False,
-    progress: Progress = NO_PROGRESS,
+    progress: Progress | None = NO_PROGRESS,
     workers: int | None = None,
     memory_budget_bytes: int | None = None,
 ) -> Manifest:
@@ -359,6 +359,7 @@ def import_traces(
     caller's main module: a script that calls this needs the ``if __name__ == "__main__":`` guard.
     Returns the manifest written.
     """
+    progress = given(progress)
     out = Path(out).absolute()  # ``.`` has no name to make the temporary sibling from
     if (why := _not_replaceable(out, overwrite)) is not None:
         raise TraceImportError(why)

@@ -114,7 +114,7 @@ from skewlens.profiler.vocab import (
     CommType,
     NodeType,
 )
-from skewlens.progress import NO_PROGRESS, Advance, Progress
+from skewlens.progress import NO_PROGRESS, Advance, Progress, given
 
 #: Name given to the world-wide group assumed for collectives that name no group.
 WORLD_PG = "0"
@@ -1101,7 +1101,7 @@ def iter_ranks(
     pg_found: dict[str, ProcessGroupInfo],
     sink: IssueLog,
     *,
-    progress: Progress = NO_PROGRESS,
+    progress: Progress | None = NO_PROGRESS,
     left_out: dict[int, str] | None = None,
     decoder: Decoder = "auto",
 ) -> Iterator[RankTrace]:
@@ -1113,6 +1113,7 @@ def iter_ranks(
     ahead: the decoder works in numpy with the GIL released. Each rank is interpreted here, in rank order,
     so issues and group names come in the same order as from a load on one thread.
     """
+    progress = given(progress)
     items = sorted(files.files.items())
     # two bars: ranks as they are interpreted here, and nodes as the threads decode them (a batch at a
     # time: a run of two 60 MB ranks spent 20 s at 0/2 ranks)
@@ -1339,7 +1340,7 @@ def load_run(
     run_dir: str | Path,
     *,
     match: bool = True,
-    progress: Progress = NO_PROGRESS,
+    progress: Progress | None = NO_PROGRESS,
     sink: IssueLog | None = None,
     lenient: bool = False,
     decoder: Decoder = "auto",

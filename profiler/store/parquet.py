@@ -87,7 +87,7 @@ from skewlens.profiler.store.schema import (
 from skewlens.profiler.store.validate import find_cycle, refusal
 from skewlens.profiler.threads import POOL_DIED, process_pool, usable_cores
 from skewlens.profiler.vocab import CommType, NodeType
-from skewlens.progress import NO_PROGRESS, Progress
+from skewlens.progress import NO_PROGRESS, Progress, given
 
 #: Tables partitioned by rank (hive style, ``<table>/rank=<r>/part-0.parquet``).
 PARTITIONED = ("nodes", "deps", "model")
@@ -418,7 +418,7 @@ def export_run(
     *,
     workers: int | None = None,
     strict: bool = True,
-    progress: Progress = NO_PROGRESS,
+    progress: Progress | None = NO_PROGRESS,
     allow_option: str = "strict=False",
     model: ModelColumns | None = None,
 ) -> ExportSummary:
@@ -426,6 +426,7 @@ def export_run(
     ``allow_option``: how the caller's user asks for a run with errors to be exported, named in the
     refusal. ``model``: the ``model`` table's columns (none without); where it raises a SkewlensError (the
     run does not load), the export has no ``model`` table and a warning says why."""
+    progress = given(progress)
     files = locate_run(run_dir)
     out = Path(out_dir)
     check_replaceable(out, marker=PARQUET_EXPORT_FILE, fmt=PARQUET_EXPORT_FORMAT, what="Parquet export")

@@ -38,7 +38,7 @@ from skewlens.profiler.store.issues import (
 from skewlens.profiler.store.load import ANOTHER_RUNS, SPLITS_KIND, SYNTH_NOTE, Decoder, load_run
 from skewlens.profiler.store.match import MISMATCH_KINDS
 from skewlens.profiler.store.model import RankTrace, RunTrace
-from skewlens.progress import NO_PROGRESS, Advance, Progress
+from skewlens.progress import NO_PROGRESS, Advance, Progress, given
 
 #: How many errors ``load_validated`` puts into its one-line message.
 FIRST_ERRORS = 5
@@ -139,10 +139,15 @@ def _check_cycles(run: RunTrace, sink: IssueLog, advance: Advance) -> None:
 
 
 def validate_run(
-    path: str | Path, *, progress: Progress = NO_PROGRESS, lenient: bool = False, decoder: Decoder = "auto"
+    path: str | Path,
+    *,
+    progress: Progress | None = NO_PROGRESS,
+    lenient: bool = False,
+    decoder: Decoder = "auto",
 ) -> ValidationReport:
     """Load and check a run, collecting every problem instead of stopping at the first (``lenient``: see
     the module docstring; ``decoder``: :func:`~skewlens.profiler.store.load.decode`'s)."""
+    progress = given(progress)
     sink = IssueLog(strict=False)
     run = load_run(path, progress=progress, sink=sink, lenient=lenient, decoder=decoder)
     with progress.task("checking dependencies", len(run.ranks)) as advance:
@@ -273,7 +278,7 @@ def refusal(
 def load_validated(
     path: str | Path,
     *,
-    progress: Progress = NO_PROGRESS,
+    progress: Progress | None = NO_PROGRESS,
     lenient: bool = False,
     lenient_option: str = "lenient=True",
 ) -> RunTrace:
