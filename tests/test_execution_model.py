@@ -982,14 +982,16 @@ def _recv_before_send(tmp_path: Path, recv_ms: float) -> Path:
     return b.write(tmp_path / f"run-recv-{recv_ms}")
 
 
-def _drifting_clock(tmp_path: Path, drift_ms_per_step: float, late_ends_ms: Sequence[float] = ()) -> Path:
-    """Two ranks, 20 steps of 1,031 ms: rank 0 computes 30 ms longer, and rank 1 waits for it at the
+def _drifting_clock(
+    tmp_path: Path, drift_ms_per_step: float, late_ends_ms: Sequence[float] = (), *, steps: int = 20
+) -> Path:
+    """Two ranks, ``steps`` steps of 1,031 ms: rank 0 computes 30 ms longer, and rank 1 waits for it at the
     all_reduce; rank 1's clock gains ``drift_ms_per_step`` on rank 0's each step (a host clock running
     fast, aligned once at the start), and its end of step ``k``'s all_reduce is seen ``late_ends_ms[k]``
     late."""
     b = RunBuilder(2)
     step_ms = 1031
-    for k in range(20):
+    for k in range(steps):
         t0 = k * step_ms * MS
         r0, r1 = b.rank(0).step(k), b.rank(1).step(k)
         r0.compute("compute", 1030 * MS, start_ns=t0)
@@ -998,7 +1000,7 @@ def _drifting_clock(tmp_path: Path, drift_ms_per_step: float, late_ends_ms: Sequ
         r1.compute("compute", 1000 * MS, start_ns=t0 + late)
         seen = round((late_ends_ms[k] if late_ends_ms else 0) * MS)
         r1.collective(CommType.ALL_REDUCE, 4096, 31 * MS + seen, start_ns=t0 + 1000 * MS + late)
-    return b.write(tmp_path / f"run-{drift_ms_per_step}-{len(late_ends_ms)}")
+    return b.write(tmp_path / f"run-{drift_ms_per_step}-{len(late_ends_ms)}-{steps}")
 
 
 def test_a_rank_whose_clock_drifts_after_alignment_is_said_with_how_far_though_no_collective_contradicts(
@@ -1028,6 +1030,64 @@ def test_a_rank_whose_clock_drifts_after_alignment_is_said_with_how_far_though_n
     # (on one clock under load, 4 gloo ranks' ends were 1-4 ms apart, their medians 2.1 ms)
     jitter = [0, 6, 3, 1, 5] + [0] * 10 + [6, 2, 8, 5.5, 3]
     assert clock_note(load_run(_drifting_clock(tmp_path, 0.0, jitter))) is None
+
+
+def test_a_drift_is_said_from_fifteen_collectives_two_ranks_share_and_not_from_fourteen(
+    tmp_path: Path,
+) -> None:
+    # the first and the last 5 of them are compared where they are three times that or more (a median of
+    # fewer is one slow end, and ends that overlap compare a collective with itself): 1 ms a step over 15
+    # steps is 10 ms between the medians of steps 0-4 and 10-14
+    from skewlens.replay.execution import clock_drifts
+
+    (drift,) = clock_drifts(load_run(_drifting_clock(tmp_path, 1.0, steps=15)))
+    assert (drift.rank, drift.against, drift.samples) == (1, 0, 15)
+    assert drift.by_ns == pytest.approx(10 * MS, abs=1_000)
+    assert clock_drifts(load_run(_drifting_clock(tmp_path, 1.0, steps=14))) == []
+
+
+def test_ranks_that_share_a_group_without_rank_0_on_one_clock_are_said_to_drift_nowhere(
+    tmp_path: Path,
+) -> None:
+    # ranks 1 and 2 of 3 also all_reduce on a group of their own (a pipeline stage's pair) each step: rank
+    # 0's clock is the reference, and it has no end of those to compare with, so they are not compared
+    # (compared, their ends against nothing read as a drift of the run's whole length)
+    from skewlens.replay.execution import clock_drifts, clock_note
+
+    b = RunBuilder(3, groups={"world": (0, 1, 2), "pair": (1, 2)})
+    for k in range(20):
+        t0 = k * 100 * MS
+        for r in range(3):
+            rb = b.rank(r).step(k)
+            rb.compute("compute", (40 if r == 0 else 10) * MS, start_ns=t0)
+            rb.collective(
+                CommType.ALL_REDUCE,
+                4096,
+                (1 if r == 0 else 31) * MS,
+                start_ns=t0 + (40 if r == 0 else 10) * MS,
+                pg="world",
+            )
+            if r:
+                rb.collective(CommType.ALL_REDUCE, 4096, 5 * MS, start_ns=t0 + 50 * MS, pg="pair")
+    run = load_run(b.write(tmp_path / "run"))
+    assert clock_drifts(run) == []
+    assert clock_note(run) is None
+
+
+def test_collectives_a_rank_recorded_without_an_end_are_no_drift_of_its_clock(tmp_path: Path) -> None:
+    # rank 1's last 6 all_reduces of 30 were still running when its window ended (0-length nodes at their
+    # issue): their ends were not seen, so they say nothing of its clock; read as ends, the arrivals 30 ms
+    # before rank 0's ends read as its clock losing 30 ms
+    from skewlens.replay.execution import clock_drifts
+
+    b = RunBuilder(2)
+    for k in range(30):
+        t0 = k * 100 * MS
+        b.rank(0).step(k).compute("compute", 40 * MS, start_ns=t0)
+        b.rank(0).collective(CommType.ALL_REDUCE, 4096, MS, start_ns=t0 + 40 * MS)
+        b.rank(1).step(k).compute("compute", 10 * MS, start_ns=t0)
+        b.rank(1).collective(CommType.ALL_REDUCE, 4096, 0 if k >= 24 else 31 * MS, start_ns=t0 + 10 * MS)
+    assert clock_drifts(load_run(b.write(tmp_path / "run"))) == []
 
 
 def test_a_recv_recorded_without_an_end_is_no_clock_error_against_its_later_send(tmp_path: Path) -> None:
