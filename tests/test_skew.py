@@ -906,3 +906,63 @@ def test_a_host_gap_before_a_ranks_first_op_names_only_the_op_after_it(tmp_path:
         rb.collective(CommType.ALL_REDUCE, 4096, MS + (30 * MS if r == 0 else 0))
     cause = _host_gap_cause(b, tmp_path)
     assert cause.text == "host idle/gap +30.0 ms (before aten::mm)"
+
+
+def _gaps_run(gaps_ms: dict[int, tuple[float, float]]) -> object:
+    """2 ranks, one step: aten::mm (1 ms), aten::add and aten::sub (1 ms each) after idle stretches of
+    ``gaps_ms[rank]`` ms, then an all_reduce both leave together."""
+    from skewlens.profiler.synth import RunBuilder
+    from skewlens.profiler.vocab import CommType
+
+    b = RunBuilder(world_size=2)
+    ends = {r: 3 * MS + round(sum(g) * MS) for r, g in gaps_ms.items()}
+    for r, (before_add, before_sub) in gaps_ms.items():
+        rb = b.rank(r).step(0)
+        rb.compute("aten::mm", MS, start_ns=0)
+        rb.compute("aten::add", MS, start_ns=MS + round(before_add * MS))
+        rb.compute("aten::sub", MS, start_ns=2 * MS + round((before_add + before_sub) * MS))
+        rb.collective(CommType.ALL_REDUCE, 4096, MS + max(ends.values()) - ends[r])
+    return b
+
+
+def test_a_host_gap_cause_names_where_the_gap_grew_not_where_both_members_idled(tmp_path: Path) -> None:
+    # both idle between aten::mm and aten::add (rank 1 30 ms, rank 0 25 ms); only rank 1 idles 10 ms
+    # between aten::add and aten::sub: of its 15 ms of lateness, 10 grew there, 5 where both idled
+    cause = _host_gap_cause(_gaps_run({0: (25, 0), 1: (30, 10)}), tmp_path)
+    assert cause.text == "host idle/gap +15.0 ms (after aten::add, before aten::sub)"
+
+
+def test_a_host_gap_cause_names_a_place_holding_over_half_of_it(
+    tmp_path: Path,
+) -> None:
+    # rank 1 idles 20 ms before aten::add and 15 before aten::sub: the first place holds over half of
+    # the 35 ms and is named (it was where the user's code idled most)
+    cause = _host_gap_cause(_gaps_run({0: (0, 0), 1: (20, 15)}), tmp_path / "a")
+    assert cause.text == "host idle/gap +35.0 ms (after aten::mm, before aten::add)"
+
+
+def test_idle_stretches_too_short_to_show_place_no_host_gap(tmp_path: Path) -> None:
+    # an ops capture's untraced slivers between operators: rank 1's 0.04 and 0.02 ms (+0.0 ms each as a
+    # cause shows them) make it 0.06 ms late, a host gap, placed nowhere: no sliver is where it sat
+    cause = _host_gap_cause(_gaps_run({0: (0, 0), 1: (0.04, 0.02)}), tmp_path)
+    assert (cause.delta_ns, cause.text) == (60_000, "host idle/gap +0.1 ms")
+
+
+def test_a_host_gap_is_placed_between_the_outermost_ops_around_it(tmp_path: Path) -> None:
+    # the op before the gap ends together with its last child (Optimizer.step and its aten::add_), the op
+    # after it begins together with its first (a module's forward and its aten::linear): the gap is named by
+    # the scopes, as the code the user wrote reads
+    from skewlens.profiler.synth import RunBuilder
+    from skewlens.profiler.vocab import CommType
+
+    b = RunBuilder(world_size=2)
+    for r in range(2):
+        rb = b.rank(r).step(0)
+        gap = 30 * MS if r == 1 else 0
+        rb.compute("Optimizer.step#SGD.step", 5 * MS, start_ns=0)
+        rb.compute("aten::add_", MS, start_ns=4 * MS)
+        rb.compute("nn.Module: Linear_0", 3 * MS, start_ns=5 * MS + gap)
+        rb.compute("aten::linear", MS, start_ns=5 * MS + gap)
+        rb.collective(CommType.ALL_REDUCE, 4096, MS + 30 * MS - gap, start_ns=8 * MS + gap)
+    cause = _host_gap_cause(b, tmp_path)
+    assert cause.text == "host idle/gap +30.0 ms (after Optimizer.step#SGD.step, before nn.Module: Linear_0)"
