@@ -1044,6 +1044,39 @@ def test_a_rank_whose_nodes_ran_just_past_its_step_marks_is_not_refused_as_anoth
     assert sorted(run.ranks) == [0, 1, 2]
 
 
+def _long_steps_run(path: Path, *, start_ns: int) -> Path:
+    """_straggler_run's three ranks with steps of 1.5 s of compute each (the steps span 3.0 s)."""
+    b = RunBuilder(world_size=3)
+    for r in range(3):
+        rb = b.rank(r)
+        for k in range(2):
+            rb.step(k).compute("aten::mm", dur_ns=1500 * MS, start_ns=start_ns if k == 0 else None)
+            rb.collective(CommType.ALL_REDUCE, 1 << 20, dur_ns=MS)
+    return b.write(path)
+
+
+@pytest.mark.parametrize(
+    ("other_start_s", "refused"), [(15.0, False), (17.0, True), (6.4, False), (3.0, True)]
+)
+def test_a_rank_file_is_refused_as_another_runs_only_past_a_second_and_the_steps_whole_span_from_them(
+    tmp_path: Path, other_start_s: float, refused: bool
+) -> None:
+    # steps of 1.5 s (3.0 s in all, 10-13.002 s): a rank file whose nodes ran 2 s after them (another run
+    # started at 15 s) or ended 0.6 s before them (one started at 6.4 s, its nodes spanning 3 s) is within
+    # the steps' span of them, where marks and nodes may just disagree; 4 s after or 4 s before is apart
+    d = _long_steps_run(tmp_path / "run", start_ns=10_000 * MS)
+    other = _long_steps_run(tmp_path / "other", start_ns=round(other_start_s * 1000) * MS)
+    (d / "rank-2.et").write_bytes((other / "rank-2.et").read_bytes())
+    if refused:
+        side = "after" if other_start_s > 10 else "before"
+        with pytest.raises(
+            ValidationError, match=rf"rank 2's trace is not this run's: .*; they ran 3\.99\d s {side}"
+        ):
+            load_validated(d, lenient_option="--lenient")
+    else:
+        assert sorted(load_validated(d, lenient_option="--lenient").ranks) == [0, 1, 2]
+
+
 def _late_from_another_group(path: Path, *, late: tuple[int, ...]) -> Path:
     """A step where rank 1 spends 31 ms in an all_reduce of group "late" (members ``late``, rank 1 first)
     waiting for its last member (40 ms of compute, the others 10), then comes 31 ms late to the all_reduce of
