@@ -11,6 +11,7 @@ import itertools
 import json
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -404,7 +405,7 @@ def test_a_wait_tensor_operator_seeming_to_begin_just_before_its_hooked_wait_is_
 
 
 HOOK_SCRIPT = r"""
-import json, os, socket, torch, torch.distributed as dist
+import json, os, socket, time, torch, torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
 from torch._C._distributed_c10d import Work
 with socket.socket() as s:
@@ -520,6 +521,7 @@ def test_a_wait_on_a_future_of_a_recorded_work_or_one_chained_from_it_is_the_wor
     for work, start in ((a, 100), (b, 200), (c, 300), (d, 400)):
         hooks.issued(work, start, 7)
     chained = then(then(get_future(a), wait), id)  # the callback's wait is not a's: it runs once done
+    program_waits_from = time.time_ns()
     wait(chained)  # work.get_future().then(cb).then(cb2).wait(): a's wait
     wait(a)  # a second wait on it, through the Work: not recorded
     wait(get_future(a))  # nor through another of its futures
@@ -533,10 +535,12 @@ def test_a_wait_on_a_future_of_a_recorded_work_or_one_chained_from_it_is_the_wor
     ]
     # collect_all's wait is c's, spanning the call, then d's, of no time, at its return
     assert waits[2].start_ns <= waits[2].end_ns == waits[3].start_ns == waits[3].end_ns
+    # a's is where the program waited, after then() had run the callback (whose wait was none)
+    assert waits[0].start_ns >= program_waits_from
 
 
 FUTURE_SCRIPT = r"""
-import json, os, socket, torch, torch.distributed as dist
+import json, os, socket, time, torch, torch.distributed as dist
 from torch._C._distributed_c10d import Work
 with socket.socket() as s:
     s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
@@ -561,12 +565,19 @@ done = torch.futures.Future()
 done.set_result(0)
 torch.futures.wait_all([c.get_future(), done, d.get_future()])   # c's, then d's
 done.wait()                                          # a future of no collective
+e = dist.all_reduce(t, async_op=True)
+e.get_future().add_done_callback(lambda f: f.wait())  # run once done (here, or on gloo's thread): no wait
+time.sleep(0.2)                                      # (done, and the callback run, by now)
+e_waited_from = time.time_ns()
+e.wait()                                             # e's
 comms = hooks.flush()
 waits = hooks.waits.flush()
 hooks.uninstall()
 print(json.dumps({
     "issues": [[c.start_ns, c.thread] for c in comms if c.is_async],
     "waits": [[w.name, w.issue_start_ns, w.thread] for w in waits],
+    "last_wait_from": waits[-1].start_ns if waits else 0,
+    "e_waited_from": e_waited_from,
     "restored": patched() == originals,
 }))
 dist.destroy_process_group()
@@ -576,9 +587,11 @@ dist.destroy_process_group()
 def test_the_hooks_record_a_wait_on_a_recorded_works_future_chained_or_collected_as_that_works_wait() -> None:
     data = run_script(FUTURE_SCRIPT)
     assert data["restored"]
-    assert len(data["issues"]) == 4
+    assert len(data["issues"]) == 5
     # each on the main thread, which issued them: not a's in its callback (on gloo's thread, or at once)
     assert data["waits"] == [[WORK_WAIT_NAME, start, thread] for start, thread in data["issues"]]
+    # e's is the program's e.wait(), not the wait its add_done_callback's callback made once e was done
+    assert data["last_wait_from"] >= data["e_waited_from"]
 
 
 # ---- real captures (2 gloo ranks) ------------------------------------------------------------------------
