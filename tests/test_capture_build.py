@@ -966,6 +966,27 @@ def test_on_gpus_kernels_keep_their_stream_and_a_collective_ends_with_its_nccl_k
     assert first.attrs[Attr.IS_CPU_OP] is False
 
 
+def test_an_async_nccl_collective_whose_kernel_ended_before_its_call_returned_has_an_end() -> None:
+    # a small all_reduce's kernel (1 us) can finish before the Python call that enqueued it returns: the
+    # NCCL kernel says it was done by then, so it is no node without an end (of duration 0 at its issue end,
+    # which check reports as still running when the window ended): it spans its call
+    events = [
+        FakeKinetoEvent("aten::mm", 0, 5_000, corr=1),
+        FakeKinetoEvent(
+            "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+            10_500,
+            1_000,
+            dev="DeviceType.CUDA",
+            stream=13,
+            index=1,
+        ),
+    ]
+    call = replace(coll(10_000, END_UNKNOWN, seq=0, is_async=True, issue_end=12_000), end_ns=END_UNKNOWN)
+    cap = one_step([call], ops=op_records(events, rf_ids={1: 42}), device="cuda:1")
+    (node,) = by_name(build_nodes(cap), "c10d::allreduce_")
+    assert (node.start_ns, node.start_ns + node.dur_ns) == (10_000, 12_000)
+
+
 def test_a_gpu_ranks_gloo_collectives_ran_on_the_host_and_its_nccl_ones_on_the_device() -> None:
     groups = [
         ProcessGroupInfo(name="0", ranks=(0, 1), desc="default_pg", backend="cpu:gloo,cuda:gloo"),
