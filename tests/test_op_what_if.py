@@ -415,12 +415,13 @@ def test_a_caption_with_several_what_ifs_names_each_ones_replay_by_its_place_und
     )
 
 
-def _passed_on_run(tmp_path: Path) -> RunTrace:
+def _passed_on_run(tmp_path: Path, *, b_next_step: bool = False) -> RunTrace:
     """4 ranks, ``STEPS`` steps of a fetch (the scope) and a 2 ms compute, then an all_reduce on group ``a``
     (ranks 0, 1) and one on ``b`` (ranks 0, 2, 3), each ending 0.3 ms after its last arrival; at
     ``STALL_STEP`` rank 1's fetch stalls ``STALL_NS``: rank 0 waits for it at ``a``, then arrives late at
     ``b``, where ranks 2 and 3 wait, the lateness passed on by rank 0 (as hybrid sharding's replicas wait for
-    a shard group's straggler through its peer)."""
+    a shard group's straggler through its peer). ``b_next_step``: ``b``'s all_reduce is the first thing of
+    the next step (the last step's, of a step of its own)."""
     b = RunBuilder(world_size=4, groups={"0": (0, 1, 2, 3), "a": (0, 1), "b": (0, 2, 3)})
     t = 0
     for s in range(STEPS):
@@ -439,7 +440,9 @@ def _passed_on_run(tmp_path: Path) -> RunTrace:
         at_b = {0: end_a, 2: arrive[2], 3: arrive[3]}
         end_b = max(at_b.values()) + 300_000
         for r, a in at_b.items():
-            b.rank(r).collective(CommType.ALL_REDUCE, 1 << 20, dur_ns=end_b - a, start_ns=a, pg="b")
+            b.rank(r).step(s + b_next_step).collective(
+                CommType.ALL_REDUCE, 1 << 20, dur_ns=end_b - a, start_ns=a, pg="b"
+            )
         t = max(end_a, end_b)
     return load_run(b.write(tmp_path / "run", level="ops"))
 
@@ -456,6 +459,22 @@ def test_analyze_names_the_op_replay_for_a_stall_whose_wait_was_mostly_passed_on
     text = stragglers_text(run)
     assert f"rank 1 made its peers wait for its scope {SCOPE}, which stalled" in text, text
     # the replay, pasted, gives back the whole stall: no rank absorbed any of it
+    base = simulate(run).step_times()
+    assert what_if_step_times(run, tmp_path, rank=0) == {
+        s: t - (STALL_NS if s == STALL_STEP else 0) for s, t in base.items()
+    }
+
+
+def test_a_stall_whose_wait_was_passed_on_in_the_next_step_is_taken_away_where_it_stalled_alone(
+    tmp_path: Path,
+) -> None:
+    # rank 0 is late at group b's all_reduce as the next step begins: that wait, passed on, counts towards
+    # the half of rank 1's caused wait the replay needs, but the replay takes its scope away only at the
+    # step where it stalled: step 3's fetch took its usual 0.1 ms (counted as a step of the stall, the
+    # replay named steps 2-3, taking away a fetch that did not stall)
+    run = _passed_on_run(tmp_path, b_next_step=True)
+    text = stragglers_text(run)
+    assert f"first_step:{STALL_STEP},last_step:{STALL_STEP},factor:0" in text, text
     base = simulate(run).step_times()
     assert what_if_step_times(run, tmp_path, rank=0) == {
         s: t - (STALL_NS if s == STALL_STEP else 0) for s, t in base.items()
