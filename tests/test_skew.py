@@ -966,3 +966,28 @@ def test_a_host_gap_is_placed_between_the_outermost_ops_around_it(tmp_path: Path
         rb.collective(CommType.ALL_REDUCE, 4096, MS + 30 * MS - gap, start_ns=8 * MS + gap)
     cause = _host_gap_cause(b, tmp_path)
     assert cause.text == "host idle/gap +30.0 ms (after Optimizer.step#SGD.step, before nn.Module: Linear_0)"
+
+
+def test_a_host_gap_is_not_placed_at_the_idle_stretch_before_a_send_which_is_a_late_sends(
+    tmp_path: Path,
+) -> None:
+    # rank 1 idles 10 ms before each of aten::add, aten::sub and aten::mul, then 15 ms before its send to
+    # rank 2, then comes 45 ms late to the all_reduce of ranks 0 and 1: 30 ms of host gap and 15 of late
+    # send. The 15 ms stretch is the late send's, not where the host gap sat; the host gap's three
+    # stretches, none half of it, place it nowhere
+    from skewlens.profiler.synth import DEFAULT_PG, RunBuilder
+    from skewlens.profiler.vocab import CommType
+
+    b = RunBuilder(world_size=3, groups={DEFAULT_PG: (0, 1, 2), "duo": (0, 1)})
+    r0, r1 = b.rank(0).step(0), b.rank(1).step(0)
+    for k, name in enumerate(("aten::mm", "aten::add", "aten::sub", "aten::mul")):
+        r0.compute(name, MS, start_ns=k * MS)
+        r1.compute(name, MS, start_ns=k * 11 * MS)
+    r1.send(2, 4096, MS, start_ns=49 * MS)
+    b.rank(2).step(0).recv(1, 4096, 50 * MS, start_ns=0)
+    r0.collective(CommType.ALL_REDUCE, 4096, 47 * MS, start_ns=4 * MS, pg="duo")
+    r1.collective(CommType.ALL_REDUCE, 4096, MS, start_ns=50 * MS, pg="duo")
+    skew = analyze_skew(build_index(load_run(b.write(tmp_path / "run"))))
+    (duo,) = [e for e in skew.events if e.pg_name == "duo"]
+    assert (duo.late_rank, duo.blamed_rank) == (1, 1)
+    assert duo.cause.text == "host idle/gap +30.0 ms"
