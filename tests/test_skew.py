@@ -991,3 +991,23 @@ def test_a_host_gap_is_not_placed_at_the_idle_stretch_before_a_send_which_is_a_l
     (duo,) = [e for e in skew.events if e.pg_name == "duo"]
     assert (duo.late_rank, duo.blamed_rank) == (1, 1)
     assert duo.cause.text == "host idle/gap +30.0 ms"
+
+
+def test_a_gap_that_ended_where_the_next_steps_mark_began_is_placed_after_the_op_before_it(
+    tmp_path: Path,
+) -> None:
+    # step 1's mark begins with its first op (aten::mm): rank 1's 30 ms idle after step 0's all_reduce
+    # ended where step 1 began, so it lay before that step, not at its start (the docs' rule: the last mark
+    # before the stretch's end)
+    from skewlens.profiler.synth import RunBuilder
+    from skewlens.profiler.vocab import CommType
+
+    b = RunBuilder(world_size=2)
+    for r in range(2):
+        rb = b.rank(r).step(0)
+        rb.compute("aten::mm", MS, start_ns=0)
+        rb.collective(CommType.ALL_REDUCE, 4096, MS)
+        rb.step(1).compute("aten::add", MS, start_ns=(32 if r == 1 else 2) * MS)
+        rb.collective(CommType.ALL_REDUCE, 4096, MS + (30 * MS if r == 0 else 0))
+    cause = _host_gap_cause(b, tmp_path)
+    assert cause.text == "host idle/gap +30.0 ms (after c10d::all_reduce_, before aten::add)"
