@@ -1103,6 +1103,22 @@ def test_a_recv_recorded_without_an_end_is_no_clock_error_against_its_later_send
     assert note is not None and "rank 0 done 8.0 ms before rank 1 began" in note
 
 
+def test_a_collective_member_recorded_without_an_end_is_no_clock_error_against_a_later_arrival(
+    tmp_path: Path,
+) -> None:
+    # rank 0's all_reduce, issued at 1 ms, was still running when its window ended (a 0-length node at its
+    # issue end); rank 1 arrived at 11 ms. Its end was not seen, so it says nothing of the clocks; read as
+    # done at its issue, it was "done 10.0 ms before rank 1 began"
+    from skewlens.replay.execution import clock_note
+
+    b = RunBuilder(2)
+    b.rank(0).step(0).compute("compute", MS, start_ns=0)
+    b.rank(0).collective(CommType.ALL_REDUCE, 4096, 0, start_ns=MS)
+    b.rank(1).step(0).compute("compute", 11 * MS, start_ns=0)
+    b.rank(1).collective(CommType.ALL_REDUCE, 4096, MS, start_ns=11 * MS)
+    assert clock_note(load_run(b.write(tmp_path / "run"))) is None
+
+
 def test_no_host_node_waits_for_a_recv_recorded_without_an_end(tmp_path: Path) -> None:
     # rank 0's irecv issued at 1 ms in the window's last step and waited for after it: a 0-length node at its
     # issue end, right where the thread's next host time begins. Read as a completion, that host node waited
