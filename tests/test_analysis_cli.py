@@ -744,6 +744,19 @@ def test_the_worst_collectives_table_says_its_exposed_wait_is_the_sum_over_membe
     assert [row[2:5] for row in _rows(text)] == [["1.0 MiB", "40.000", "80.000"]] * 3
 
 
+def test_the_worst_collectives_table_names_rank_0_where_it_was_late_and_blamed(tmp_path: Path) -> None:
+    # "-" in the blamed column is for a collective blamed on no rank (a member without a trace): rank 0,
+    # 29 ms late to the all_reduce rank 1 waits at, is named there as any other rank
+    b = RunBuilder(world_size=2)
+    for r in range(2):
+        b.rank(r).step(0).compute("aten::mm", (30 if r == 0 else 1) * MS, start_ns=0)
+        b.rank(r).collective(CommType.ALL_REDUCE, 4096, (1 if r == 0 else 30) * MS)
+    result = analyze_run(load_run(b.write(tmp_path / "run")), blame=False)
+    text = _render(worst_collectives_table(result))
+    assert [(row[5], row[6]) for row in _rows(text)] == [("0", "0")]
+    assert "blamed -" not in text
+
+
 def test_the_worst_collectives_table_says_how_many_it_left_out(tmp_path: Path) -> None:
     # 1,024 ranks, TP8 x DP128: 10 rows of the 20,512 collectives with exposed wait, nothing said of the rest
     result = analyze_run(load_run(build_one_slow_rank(tmp_path, world_size=3)), blame=False)
