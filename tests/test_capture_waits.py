@@ -539,6 +539,28 @@ def test_a_wait_on_a_future_of_a_recorded_work_or_one_chained_from_it_is_the_wor
     assert waits[0].start_ns >= program_waits_from
 
 
+def test_a_future_of_an_object_that_took_a_dropped_works_place_stands_for_no_call() -> None:
+    # a Work of a recorded call dropped unwaited (fire and forget) frees its id, which CPython gives the next
+    # object of its size: a Work or future of a call the hooks did not record. A future got from that one
+    # is not the dropped call's, so waiting on it records no wait (the registry's weak reference tells them
+    # apart)
+    from skewlens.profiler.capture.waits import WaitHooks
+
+    hooks = WaitHooks(lambda: True, lambda: 4)
+    no = lambda: False  # noqa: E731 (not compiling)
+    wait = hooks._wrap_wait(lambda self: None, no)
+    get_future = hooks._wrap_stands_for(lambda self: _Handle(), no)
+    dropped = _Handle()
+    hooks.issued(dropped, 100, 7)
+    freed = id(dropped)
+    del dropped
+    other = _Handle()
+    if id(other) != freed:
+        pytest.skip("this interpreter did not reuse the dropped Work's id")
+    wait(get_future(other))
+    assert hooks.flush() == []
+
+
 FUTURE_SCRIPT = r"""
 import json, os, socket, time, torch, torch.distributed as dist
 from torch._C._distributed_c10d import Work
