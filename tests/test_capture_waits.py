@@ -1041,3 +1041,46 @@ def test_a_compiled_program_is_compiled_once_whole_whether_the_window_records_or
     ]
     assert data["graphs"] == [collectives]
     assert data["waits"] == 0  # the graph calls the ops themselves: nothing of the hooks' runs in it
+
+
+DOUBLE_BUFFERED_SCRIPT = """
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+peer = 1 - rank
+model = torch.nn.Linear(64, 64)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+pending = []
+for i in range(8):
+    recv = torch.empty(1024)
+    works = [dist.isend(torch.full((1024,), float(i)), peer), dist.irecv(recv, peer)]
+    for w in pending:  # step i waits for step i-1's exchange: the window's last exchange, after it
+        w.wait()
+    pending = works
+    model(torch.randn(8, 64)).sum().backward()
+    opt.step()
+    opt.zero_grad()
+for w in pending:
+    w.wait()
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("level", ["collectives", "ops"])
+def test_a_double_buffered_exchange_waited_for_after_the_window_is_noted_as_still_running(
+    tmp_path: Path, level: str
+) -> None:
+    # each rank's isend and irecv of the window's last step are waited for only in the step after it: the
+    # manifest's note counts them, the two calls each rank recorded without an end (round 44's N60: a
+    # note leaving out the unended sends and receives failed no test)
+    from capture_helpers import profile_script
+
+    from skewlens.profiler.manifest import RankNote, rank_note_key
+
+    run_dir, proc = profile_script(tmp_path, DOUBLE_BUFFERED_SCRIPT, nproc=2, steps="1:1:3", level=level)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    run = load_validated(run_dir)
+    for r in (0, 1):
+        note = run.manifest.notes[rank_note_key(r, RankNote.RUNNING_CALLS)]
+        assert note.startswith("2 asynchronous call(s) still running when the window ended"), (r, note)
