@@ -292,6 +292,40 @@ def test_a_monitored_barrier_is_recorded_as_a_blocking_barrier_of_its_group() ->
     assert list(data["issued"].values()) == [4] and data["unhooked"] == []
 
 
+INSIDE_SCRIPT = (
+    ONE_GLOO_RANK
+    + r"""
+from skewlens.profiler.capture import hooks as H
+hooks = H.CommHooks(lambda: True, lambda: 3, ddp=False)
+hooks.install()
+dist.monitored_barrier()                              # returned: in the trace, not inside
+def timed_out(group=None, timeout=None, wait_all_ranks=False):
+    raise RuntimeError("[Rank 0]: Rank 1 failed to pass monitoredBarrier in 1000 ms")
+spec = H.SPECS["monitored_barrier"]
+failing = hooks._wrap("monitored_barrier", spec, timed_out)
+try:
+    failing()
+except RuntimeError:
+    pass
+inside = hooks.inside()
+recs = hooks.flush()
+hooks.uninstall()
+print(json.dumps({"inside": [(r.op, r.seq, r.start_ns == r.issue_end_ns, r.end_ns) for r in inside],
+                  "records": [r.op for r in recs]}))
+dist.destroy_process_group()
+"""
+)
+
+
+def test_a_monitored_barrier_a_rank_raised_out_of_is_the_call_it_is_inside_and_one_it_left_is_not() -> None:
+    # a monitored_barrier makes no flight-recorder entry: a rank that timed out in one (or is blocked in it)
+    # left nothing saying so, and its stop record named another call (a DDP all_reduce that had completed)
+    data = run_script(INSIDE_SCRIPT)
+    assert data["records"] == ["c10d::monitored_barrier"]  # the one that returned
+    # the one it raised out of, numbered by the hooks after the first (which took two numbers), no end
+    assert [tuple(c) for c in data["inside"]] == [("c10d::monitored_barrier", 2, True, -1)]
+
+
 def test_an_all_to_all_reads_its_bytes_to_and_from_each_member_from_its_split_sizes_or_tensor_list(
     monkeypatch: Any,
 ) -> None:

@@ -32,7 +32,7 @@ from skewlens.replay.driver import replay_run
 from skewlens.replay.effects import NO_EFFECTS, NoEffects
 from skewlens.replay.errors import ConfigError, ReplayError, ReplayTimeoutError
 from skewlens.replay.lower import collective_bytes, collective_pairs
-from skewlens.replay.real.api import real_replay, serial_deadlock
+from skewlens.replay.real.api import real_replay, serial_deadlock, worker_env
 from skewlens.replay.real.launch import TORCHRUN_LOGS, launcher_command, run_workers, waiting_for
 from skewlens.replay.real.plan import (
     KIND_COLL,
@@ -1503,6 +1503,38 @@ def test_an_all_to_all_whose_members_send_unequal_amounts_is_re_executed(tmp_pat
     res = real_replay(run_dir=run, out_dir=tmp_path / "out", effects=NO_EFFECTS, cfg=CFG)
     assert all(len(r.replay_ns) == 2 for r in res.ranks)
     assert _no_replay_processes_left() == []
+
+
+@pytest.mark.slow
+def test_a_replay_started_with_torch_distributed_debug_at_detail_runs_its_ranks_at_info_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # an engineer who keeps TORCH_DISTRIBUTED_DEBUG=DETAIL on. Before: 'real replay failed: rank 0: profiler
+    # start-up: CaptureError: TORCH_DISTRIBUTED_DEBUG=DETAIL (this process's torch.distributed debug level):
+    # ...; unset TORCH_DISTRIBUTED_DEBUG or set it to INFO for a capture', after the workers had started
+    b = RunBuilder(2)
+    for r in range(2):
+        for s in range(2):
+            rb = b.rank(r).step(s)
+            rb.compute("aten::mm", MS)
+            rb.collective(CommType.ALL_REDUCE, 4096, MS)
+    run = b.write(tmp_path / "run")
+    monkeypatch.setenv("TORCH_DISTRIBUTED_DEBUG", "DETAIL")
+    res = real_replay(run_dir=run, out_dir=tmp_path / "out", effects=NO_EFFECTS, cfg=CFG)
+    assert [len(r.replay_ns) for r in res.ranks] == [2, 2]
+    said = capsys.readouterr().err
+    assert "skewlens replay: warning: TORCH_DISTRIBUTED_DEBUG=DETAIL: the replay's ranks run at INFO" in said
+
+
+def test_the_replays_workers_run_a_debug_level_of_detail_at_info_and_any_other_as_it_is() -> None:
+    env, said = worker_env({"TORCH_DISTRIBUTED_DEBUG": " detail", "OMP_NUM_THREADS": "4"})
+    assert (env["TORCH_DISTRIBUTED_DEBUG"], env["OMP_NUM_THREADS"]) == ("INFO", "4")
+    assert said.startswith("TORCH_DISTRIBUTED_DEBUG= detail: the replay's ranks run at INFO")
+    for level in ("INFO", "OFF"):
+        assert worker_env({"TORCH_DISTRIBUTED_DEBUG": level}) == (
+            {"TORCH_DISTRIBUTED_DEBUG": level, "OMP_NUM_THREADS": "1"},
+            "",
+        )
 
 
 @pytest.mark.slow

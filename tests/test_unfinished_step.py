@@ -540,15 +540,32 @@ def _captured_answer(tmp_path: Path, source: str, start: str, ranks: int = 2) ->
     return answer
 
 
+#: :data:`FAIL` with a ``monitored_barrier`` (1 s) in place of the broadcast: it makes no recorder entry
+BARRIER_FAIL = FAIL.replace(
+    "dist.broadcast(torch.ones(256), src=0)", "dist.monitored_barrier(timeout=timedelta(seconds=1))"
+)
+
+
 @pytest.mark.slow
-def test_a_capture_whose_rank_sleeps_until_the_group_times_out_names_it_and_the_broadcast(
-    tmp_path: Path,
+@pytest.mark.parametrize(
+    ("source", "call", "last"),
+    [
+        (FAIL, "broadcast 0#11 of 1 KiB", "all_reduce 0#10"),
+        (BARRIER_FAIL, "barrier 0#14 of 0 B", "all_reduce 0#13"),
+    ],
+    ids=["broadcast", "monitored_barrier"],
+)
+def test_a_capture_whose_rank_sleeps_until_its_peer_times_out_names_it_and_the_call_it_did_not_reach(
+    tmp_path: Path, source: str, call: str, last: str
 ) -> None:
-    # step 2 is the first recorded; its collectives are 0#0..; step 3's all_reduce returned, its broadcast
-    # did not: 3 collectives a step since init (numbered from 1 by gloo's recorder: 0#10 and 0#11)
-    start = "step 3 did not finish: rank 1 did not arrive at broadcast 0#11 of 1 KiB (rank 0 in it since +"
-    answer = _captured_answer(tmp_path, FAIL, start)
-    assert "rank 1's last: all_reduce 0#10, returned at +" in answer
+    # step 2 is the first recorded; step 3's all_reduce returned, the call after it did not: rank 0 waited
+    # there until the group's timeout (broadcast) or its own (monitored_barrier, 1 s), then raised. Numbered
+    # from 1 by gloo's recorder: 3 collectives a step (0#10 and 0#11); a monitored_barrier takes two numbers
+    # and makes no entry, 4 a step (0#13 and 0#14). Before, of the barrier: no answer (no rank was in a call
+    # the recorder has an entry of; with DDP's all_reduces before it, every rank was said in the last)
+    start = f"step 3 did not finish: rank 1 did not arrive at {call} (rank 0 in it since +"
+    answer = _captured_answer(tmp_path, source, start)
+    assert f"rank 1's last: {last}, returned at +" in answer, answer
 
 
 @pytest.mark.slow
@@ -721,6 +738,29 @@ def test_a_stop_record_counts_the_steps_returned_collectives_and_those_in_flight
     # without the recorder: the returned ones alone
     alone = stop_record(returned, [], step=3, step_start_ns=1_000, saved_ns=2_000, offset_ns=0)
     assert alone["collectives_started"] == 2
+
+
+def test_a_stop_record_says_a_rank_is_in_the_monitored_barrier_it_entered_numbered_as_gloo_counts() -> None:
+    # gloo's monitored_barrier makes no recorder entry and takes two numbers. Step 3 (begun at 1,000): a
+    # barrier returned in step 2 (0#8, taking 8 and 9); DDP's two all_reduces of step 3 (0#10, 0#11, the
+    # recorder's alone), then the rank entered a barrier and did not return (it timed out waiting for its
+    # peer). Before: in flight were the two all_reduces alone, so the answer said every rank was in 0#11
+    barrier = replace(_returned(8, 2, 500), op="c10d::monitored_barrier", comm_type=CommType.BARRIER)
+    entries = [_recorded(7, 400), _recorded(10, 1_100), _recorded(11, 1_150)]
+    inside = [replace(barrier, seq=4, start_ns=1_300, issue_end_ns=1_300, end_ns=-1, step=3)]  # hooks' number
+    stop = stop_record(
+        [_returned(7, 2, 400), barrier], entries, step=3, step_start_ns=1_000, saved_ns=2_000, offset_ns=0,
+        inside=inside,
+    )  # fmt: skip
+    flying = [(c["type"], c["seq"], c["at_ns"]) for c in stop["in_flight"]]  # type: ignore[attr-defined]
+    assert flying == [("all_reduce", 10, 1_100), ("all_reduce", 11, 1_150), ("barrier", 12, 1_300)]
+    assert stop["collectives_started"] == 3
+    # one entered before the step began is an earlier step's (a program that caught its timeout): not said
+    earlier = stop_record(
+        [], entries, step=3, step_start_ns=1_000, saved_ns=2_000, offset_ns=0,
+        inside=[replace(inside[0], start_ns=900)],
+    )  # fmt: skip
+    assert [c["type"] for c in earlier["in_flight"]] == ["all_reduce", "all_reduce"]  # type: ignore[attr-defined]
 
 
 #: Each of step 3's ranks issues k of the step's 3 collectives, then the program ends (``EXIT`` on rank 1;

@@ -713,6 +713,21 @@ def call_type(c: CommRecord | FrEntry) -> str:
     return c.comm_type.name.lower() if c.comm_type is not None else c.op.rsplit(":", 1)[-1]
 
 
+def _numbered(c: CommRecord, returned: Sequence[CommRecord], entries: Sequence[FrEntry]) -> CommRecord:
+    """``c``, a call that makes no recorder entry, numbered as :func:`resolve` numbers one that returned:
+    the first number after its group's last entry, or last such call, before it (with no recorder, the
+    hooks' number it has)."""
+    if not entries:
+        return c
+    before = [e.seq for e in entries if e.pg_name == c.pg_name and e.created_ns < c.start_ns]
+    taken = [
+        r.seq + NO_ENTRY_NUMBERS[r.op] - 1
+        for r in returned
+        if r.op in NO_ENTRY_NUMBERS and r.pg_name == c.pg_name and r.start_ns < c.start_ns
+    ]
+    return replace(c, seq=max(before + taken, default=0) + 1)
+
+
 def stop_record(
     returned: Sequence[CommRecord],
     entries: Sequence[FrEntry],
@@ -722,21 +737,25 @@ def stop_record(
     saved_ns: int,
     offset_ns: int,
     raised: str = "",
+    inside: Sequence[CommRecord] = (),
 ) -> dict[str, object]:
     """Where this rank stopped, for a partial save's part file (``stopped``, read as a
     :class:`~skewlens.profiler.manifest.RankStop`): its last call that returned (``returned``: the hooked
     calls, numbered by the recorder) and the recorder's entries of the unfinished step that no returned call
     accounts for (gloo's recorder marks no entry completed: a call the rank is blocked in, or an
-    asynchronous one it had not waited for), and ``raised``, the exception its program ended with ('' for
-    none). Times on the aligned clock (local + ``offset_ns``). ``collectives_started`` counts the step's
+    asynchronous one it had not waited for), with the calls that make no entry that it entered and did not
+    return from (``inside``, :meth:`~skewlens.profiler.capture.hooks.CommHooks.inside`: a
+    ``monitored_barrier`` it waits or raised in), and ``raised``, the exception its program ended with (''
+    for none). Times on the aligned clock (local + ``offset_ns``). ``collectives_started`` counts the step's
     collectives, none of which is in the trace: the hooked ones issued in it that returned, and those in
-    flight (without the recorder, the returned ones alone)."""
+    flight (without the recorder, the returned ones alone and those it is inside)."""
     last = max(returned, key=lambda c: c.issue_end_ns, default=None)
     done = {(c.pg_name, c.seq) for c in returned if c.node_type == NodeType.COMM_COLL}
-    flying = sorted(
-        (e for e in entries if e.created_ns >= step_start_ns and (e.pg_name, e.seq) not in done),
-        key=lambda e: e.created_ns,
-    )
+    flying: list[tuple[int, CommRecord | FrEntry]] = [
+        (e.created_ns, e) for e in entries if e.created_ns >= step_start_ns and (e.pg_name, e.seq) not in done
+    ]
+    flying += [(c.start_ns, _numbered(c, returned, entries)) for c in inside if c.start_ns >= step_start_ns]
+    flying.sort(key=lambda f: f[0])
     returned_in_step = sum(c.step == step and c.node_type == NodeType.COMM_COLL for c in returned)
 
     def at(c: CommRecord | FrEntry, ns: int) -> dict[str, object]:
@@ -754,7 +773,7 @@ def stop_record(
         "step_start_ns": step_start_ns + offset_ns,
         "saved_ns": saved_ns + offset_ns,
         "last": None if last is None else at(last, last.issue_end_ns + offset_ns),
-        "in_flight": [at(e, e.created_ns + offset_ns) for e in flying],
+        "in_flight": [at(c, ns + offset_ns) for ns, c in flying],
         "collectives_started": returned_in_step + len(flying),
         **({"raised": raised} if raised else {}),
     }

@@ -313,6 +313,9 @@ class CommHooks:
         self._local = threading.local()
         self._ids = itertools.count()
         self._calls: list[tuple[int, _Described, int, int, bool, Any, bool]] = []  # list.append: thread-safe
+        # per thread (ident), the call that makes no flight-recorder entry it entered and has not returned
+        # from, and when it entered: see :meth:`inside`
+        self._inside: dict[int, tuple[_Described, int]] = {}
         self._ends: dict[int, int] = {}  # call id -> completion time of an asynchronous call
         self._no_future: set[tuple[str, str]] = set()  # (op, group) whose Works have no future
         self._me = -1  # this process's global rank, once known
@@ -479,7 +482,12 @@ class CommHooks:
             self.dropped += 1
             return orig(*args, **kwargs)
         is_async = spec.always_async or bool(a.get("async_op", False))
+        no_entry = spec.op in NO_ENTRY_NUMBERS
+        if no_entry:  # nothing else says the rank is in it, should it never return
+            self._inside[what.ident] = (what, time.time_ns())
         result, start, issue_end, quiet = self._timed(orig, args, kwargs)
+        if no_entry:
+            del self._inside[what.ident]
         call_id = next(self._ids)
         self._calls.append(
             (call_id, what, start, issue_end, is_async, (result, pg) if what.src_from_result else None, quiet)
@@ -657,16 +665,20 @@ class CommHooks:
                 self.running += 1
                 end = END_UNKNOWN
             src = _sender(*result) if result is not None else w.src
-            rec = CommRecord(
-                node_type=w.spec.node_type, op=w.spec.op, comm_type=w.spec.comm_type, pg_name=w.pg_name,
-                seq=w.seq, src=src, dst=w.dst, tag=w.tag, numel=w.numel, dtype=w.dtype,
-                size_bytes=w.size_bytes, start_ns=start, issue_end_ns=issue_end, end_ns=end,
-                is_async=is_async, thread=w.thread, step=w.step, ident=w.ident, batch=w.batch,
-                send_bytes=w.send_bytes, recv_bytes=w.recv_bytes, send_splits=w.send_splits,
-                recv_splits=w.recv_splits, reduce_op=w.reduce_op, quiet=quiet, sparse=w.sparse,
-            )  # fmt: skip
-            out.append(rec)
+            out.append(_record(w, src, start, issue_end, end, is_async=is_async, quiet=quiet))
         return out
+
+    def inside(self) -> list[CommRecord]:
+        """The calls that make no flight-recorder entry (gloo's ``monitored_barrier``) that a thread entered
+        and did not return from: it is blocked in one, or its program raised out of one (a
+        ``monitored_barrier`` that timed out waiting for a peer). Neither the trace nor the recorder has
+        them; a partial save's stop record says the rank is in them
+        (:func:`skewlens.profiler.capture.flight.stop_record`). Returned at their entry, end
+        :data:`~skewlens.profiler.capture.records.END_UNKNOWN`, numbered by the hooks."""
+        return [
+            _record(w, w.src, start, start, END_UNKNOWN, is_async=False, quiet=False)
+            for w, start in list(self._inside.values())
+        ]
 
     @staticmethod
     def _peer(pg: Any, global_rank: Any, group_rank: Any) -> int:
@@ -812,3 +824,17 @@ def _sender(result: Any, pg: Any) -> int:
         return int(dist.get_global_rank(pg, r)) if r >= 0 else -1
     except Exception:  # bookkeeping must never break the program: the source stays unknown
         return -1
+
+
+def _record(
+    w: _Described, src: int, start: int, issue_end: int, end: int, *, is_async: bool, quiet: bool
+) -> CommRecord:
+    """The record of the call ``w`` describes, issued from ``start`` to ``issue_end``, ended at ``end``."""
+    return CommRecord(
+        node_type=w.spec.node_type, op=w.spec.op, comm_type=w.spec.comm_type, pg_name=w.pg_name,
+        seq=w.seq, src=src, dst=w.dst, tag=w.tag, numel=w.numel, dtype=w.dtype,
+        size_bytes=w.size_bytes, start_ns=start, issue_end_ns=issue_end, end_ns=end,
+        is_async=is_async, thread=w.thread, step=w.step, ident=w.ident, batch=w.batch,
+        send_bytes=w.send_bytes, recv_bytes=w.recv_bytes, send_splits=w.send_splits,
+        recv_splits=w.recv_splits, reduce_op=w.reduce_op, quiet=quiet, sparse=w.sparse,
+    )  # fmt: skip

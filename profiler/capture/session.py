@@ -764,6 +764,7 @@ class CaptureSession:
                 saved_ns=time.time_ns(),
                 offset_ns=self.offset_ns or 0,
                 raised=_raised(),
+                inside=self._hooks.inside() if self._hooks is not None else (),
             )
         unread = self._hooks.unread_splits if self._hooks is not None else 0
         if note := flight.even_splits_note(unread, self._recorder_only):

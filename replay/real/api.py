@@ -25,10 +25,12 @@ import os
 import shutil
 import socket
 import sys
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from skewlens.console import print_warning
 from skewlens.profiler.manifest import (
     MANIFEST_NAME,
     PARTS_DIR,
@@ -335,6 +337,30 @@ def keep_failure_logs(work_dir: Path, log: Path, kept: Path, *, alone: bool) -> 
     return kept / log.relative_to(work_dir)
 
 
+#: torch.distributed's debug level (as ``skewlens.profiler.capture.flight.DEBUG_ENV``, which imports torch).
+DEBUG_ENV = "TORCH_DISTRIBUTED_DEBUG"
+
+
+def worker_env(environ: Mapping[str, str]) -> tuple[dict[str, str], str]:
+    """The replay's workers' environment, ``environ`` with ``OMP_NUM_THREADS`` 1 unless it is set, and what
+    it changed of the program's settings to say ('' for nothing).
+
+    ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` becomes ``INFO`` (its logging kept): at DETAIL torch wraps every
+    process group in one that checks each collective with collectives of its own on a helper group, which
+    a capture cannot tell from the program's, so no run was recorded at that level, and a replay at it
+    would time the checks as the run's collectives; the profiler's capture of the replay also refuses it
+    (before, the replay failed after its workers had started: ``rank 0: profiler start-up: CaptureError:
+    TORCH_DISTRIBUTED_DEBUG=DETAIL ...``, its advice that of a capture)."""
+    env = {**environ, "OMP_NUM_THREADS": environ.get("OMP_NUM_THREADS", "1")}
+    if env.get(DEBUG_ENV, "").strip().upper() != "DETAIL":
+        return env, ""
+    env[DEBUG_ENV] = "INFO"
+    return env, (
+        f"{DEBUG_ENV}={environ[DEBUG_ENV]}: the replay's ranks run at INFO: at DETAIL each collective would "
+        "add checks of its own (collectives on a helper group) that the recorded run did not have"
+    )
+
+
 def real_replay(
     *, run_dir: Path, out_dir: Path, effects: Effects, cfg: RealConfig, stage_dir: Path | None = None
 ) -> RealReplayResult:
@@ -393,7 +419,9 @@ def real_replay(
     cmd = launcher_command(
         plan_dir.resolve(), nproc or m.world_size, launcher_args, log_dir=(work_dir / TORCHRUN_LOGS).resolve()
     )
-    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    env, lowered = worker_env(os.environ)
+    if lowered:
+        print_warning("replay", lowered)
     log = launcher_log(work_dir, launcher_args)
     everyone = range(m.world_size)
     if across:  # the launcher says nothing until every node has joined (or its join_timeout ends)
