@@ -36,10 +36,11 @@ API_SCRIPT = textwrap.dedent(
 )
 
 
-@pytest.mark.slow
-def test_the_context_manager_records_the_steps_the_script_marks(tmp_path: Path) -> None:
+def _api_run(tmp_path: Path, source: str) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """``source`` run on 2 gloo ranks with torchrun (its run directory the first argument): the run
+    directory and the finished process."""
     script = tmp_path / "api_train.py"
-    script.write_text(API_SCRIPT)
+    script.write_text(source)
     out = tmp_path / "run"
     res = subprocess.run(  # noqa: PLW1510 - the return code is asserted
         [
@@ -56,6 +57,12 @@ def test_the_context_manager_records_the_steps_the_script_marks(tmp_path: Path) 
         timeout=120,
         cwd=ROOT,
     )
+    return out, res
+
+
+@pytest.mark.slow
+def test_the_context_manager_records_the_steps_the_script_marks(tmp_path: Path) -> None:
+    out, res = _api_run(tmp_path, API_SCRIPT)
     assert res.returncode == 0, res.stderr[-2000:]
     m = read_manifest(out)
     assert (m.world_size, m.ranks, m.level) == (2, (0, 1), "collectives")
@@ -69,6 +76,29 @@ def test_the_context_manager_records_the_steps_the_script_marks(tmp_path: Path) 
             (CommType.ALL_REDUCE, 8000, 1, 1),
             (CommType.ALL_REDUCE, 12000, 2, 2),
         ]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("marks", [0, 1])
+def test_a_capture_block_that_ends_before_a_step_of_its_window_saves_no_trace_and_says_what_it_marked(
+    tmp_path: Path, marks: int
+) -> None:
+    # a loop that forgot cap.step() (or stopped after its first): the window's steps 1-2 never ended.
+    # Before: a trace of no step on each rank and a manifest, whose stop records had every collective the
+    # flight recorder saw in flight ('step 0 did not finish: ranks 0-1 in all_reduce 0#4', finished by both)
+    source = API_SCRIPT.replace("cap.step()", f"cap.step() if i < {marks} else None")
+    source = source.replace(
+        "import sys,", "import os; os.environ['TORCH_FR_BUFFER_SIZE'] = '1000'\nimport sys,"
+    )
+    out, res = _api_run(tmp_path, source)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert not (out / "manifest.json").exists()
+    marked = f"{marks} step(s)" if marks else "no step"
+    for rank in (0, 1):
+        assert (
+            f"skewlens: rank {rank}: trace not saved: no step of the window (steps 1-2) ended: the program "
+            f"marked {marked} with cap.step() (capture() without auto_step=True, where only it marks steps)"
+        ) in res.stderr, res.stderr[-2000:]
 
 
 def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:

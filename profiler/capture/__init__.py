@@ -93,8 +93,12 @@ def capture(
     ).install()
     try:
         yield session
-    finally:
+    except BaseException:
         session.save(partial=session.action != Action.DONE)
+        raise
+    else:
+        session.close()
+    finally:
         session.uninstall()
         if session.rank == 0:
             world = session.world_size

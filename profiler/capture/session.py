@@ -988,23 +988,50 @@ class CaptureSession:
             f"them with the Python API (cap.step(), {doc('docs/capture.md')})"
         )
 
-    def _why_few_marks(self) -> str | None:
-        """Why a program that marks its steps with ``cap.step()`` (capture() under profile) recorded none:
-        it marked fewer than the window waits and warms up for (profile asked whether it had run enough
-        steps "each ended by optimizer.step()", which marks none there). None in a process that marked none
-        and joined no job (a helper process: profile keeps its own question)."""
-        if self.step_index == 0 and self._job_world == 0:
+    def _why_few_marks(self, *, under_profile: bool = True) -> str | None:
+        """Why a program that marks its steps with ``cap.step()`` (capture() under profile, or its own
+        when not ``under_profile``) recorded none: it marked fewer than the window waits and warms up for
+        (profile asked whether it had run enough steps "each ended by optimizer.step()", which marks none
+        there). None in a process that marked none and joined no job (a helper process: profile keeps its
+        own question; a capture() block of its own is a job's, begun after init_process_group)."""
+        if self.step_index == 0 and self._job_world == 0 and under_profile:
             return None
         w = self.window
         first, last = w.wait + w.warmup, w.wait + w.warmup + w.active - 1
         steps = f"steps {first}-{last}" if last > first else f"step {first}"
         marked = f"{self.step_index} step(s)" if self.step_index else "no step"
-        return (
-            f"no step of the window ({steps}) ended: the program marked {marked} with "
-            f"cap.step() (capture() under skewlens profile, where only it marks steps), and the window's "
-            f"first recorded step ends at mark {first + 1} (--steps {w.wait}:{w.warmup}:{w.active}: "
-            f"{w.wait} step(s) of wait, {w.warmup} of warm-up); run more steps or give a smaller --steps"
+        spec = f"{w.wait}:{w.warmup}:{w.active}"
+        how, option, tail = (
+            "capture() under skewlens profile, where only it marks steps",
+            f"--steps {spec}",
+            "run more steps or give a smaller --steps",
         )
+        if not under_profile:
+            how, option = "capture() without auto_step=True, where only it marks steps", f'steps="{spec}"'
+            tail = (
+                "call cap.step() at the end of each step, and run more steps or give capture() smaller steps"
+            )
+        return (
+            f"no step of the window ({steps}) ended: the program marked {marked} with cap.step() ({how}), "
+            f"and the window's first recorded step ends at mark {first + 1} ({option}: {w.wait} step(s) of "
+            f"wait, {w.warmup} of warm-up); {tail}"
+        )
+
+    def close(self) -> None:
+        """The end of a ``capture()`` block that raised nothing: the trace saved (partial where the window
+        was not done), unless the block recorded no step, which saves none and says why on stderr (what it
+        marked: :meth:`_why_few_marks`), as a rank under skewlens profile does. Before, it saved a trace
+        of no step whose stop record had every collective the flight recorder saw since the block began in
+        flight, none of them recorded (a loop without ``cap.step()`` on 2 gloo ranks: check's `step 0 did
+        not finish: ranks 0-1 in scatter 0#105`, a collective both had finished, and analyze exited 0)."""
+        if self.steps:
+            self.save(partial=self.action != Action.DONE)
+            return
+        self._stop_unsaved()
+        why = self._why_no_step() if self._opt_handles else self._why_few_marks(under_profile=False)
+        self.saved = True
+        w = self.window
+        self._not_saved(CaptureError(why or f"no step of the window ended (steps {w.wait + w.warmup} on)"))
 
     def _install_sigterm(self) -> None:
         """Save the completed steps when killed with SIGTERM (torchrun stops the other workers so)."""
