@@ -480,6 +480,10 @@ def test_profile_saves_no_trace_of_a_program_that_sets_debug_level_detail_itself
             f"skewlens: rank {r}: trace not saved: TORCH_DISTRIBUTED_DEBUG=DETAIL (set by the program"
             in res.stderr
         )
+    # the remedy is the program's: its own setting, not the environment skewlens profile found clean (before:
+    # 'unset TORCH_DISTRIBUTED_DEBUG', which was not set)
+    assert "drop the program's own setting of it (torch.distributed's set_debug_level" in res.stderr
+    assert "unset TORCH_DISTRIBUTED_DEBUG" not in res.stderr
     assert not list(run.glob("rank-*.et"))
 
 

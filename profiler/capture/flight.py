@@ -76,9 +76,11 @@ FR_BUFFER_DEFAULT = 20_000
 DEBUG_ENV = "TORCH_DISTRIBUTED_DEBUG"
 
 
-def refuse_wrapped_groups(debug_level: str, where: str) -> None:
+def refuse_wrapped_groups(debug_level: str, where: str, *, by_program: bool = False) -> None:
     """Raise :class:`CaptureError` where ``debug_level`` (``TORCH_DISTRIBUTED_DEBUG``'s value, or the
-    level torch read from it) is ``DETAIL``; ``where`` says where it was read.
+    level torch read from it) is ``DETAIL``; ``where`` says where it was read; ``by_program``: the program
+    set the level itself (after skewlens profile found none in its environment), so the remedy is the
+    program's, not the environment's.
 
     At that level every process group is wrapped in one that first checks the call against the other
     members with collectives of a helper group (an all_gather of the call's shapes, 8 B and more). The
@@ -88,12 +90,17 @@ def refuse_wrapped_groups(debug_level: str, where: str) -> None:
     crashes with SIGSEGV at that level on gloo, with or without skewlens.)"""
     if debug_level.strip().upper() != "DETAIL":
         return
+    remedy = (
+        f"drop the program's own setting of it (torch.distributed's set_debug_level, or {DEBUG_ENV} set in "
+        "os.environ before init_process_group) or make it INFO"
+        if by_program
+        else f"unset {DEBUG_ENV} or set it to INFO"
+    )
     raise CaptureError(
         f"{DEBUG_ENV}=DETAIL ({where}): it wraps every process group in one that checks each collective "
         "with collectives of its own on a helper group, and the flight recorder files both under one "
         "empty group name, so the capture cannot tell the program's collectives from the checks' (the "
-        f"run would not match across ranks); unset {DEBUG_ENV} or set it to INFO for a capture, DETAIL "
-        "for a run without skewlens"
+        f"run would not match across ranks); {remedy} for a capture, DETAIL for a run without skewlens"
     )
 
 

@@ -744,7 +744,9 @@ class CaptureSession:
         import torch.distributed as dist
 
         if dist.is_available() and dist.is_initialized():  # skewlens profile refuses it in its environment
-            flight.refuse_wrapped_groups(dist.get_debug_level().name, "set by the program itself")
+            flight.refuse_wrapped_groups(
+                dist.get_debug_level().name, "set by the program itself", by_program=True
+            )
         device, gpu = "cpu", ""
         import torch
 
