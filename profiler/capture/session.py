@@ -199,6 +199,7 @@ class CaptureSession:
         self._workers_from_ns = 0  # when the worker events began
         self._window_waits = False  # for this process to join a job (see install)
         self._job_world = 0  # the world of the job this process joined (0: none)
+        self._last_identity: tuple[int, int] | None = None  # (rank, world) last read in a process group
         self.marks_by_hand = False  # steps_by_hand(by_program=True): the program's cap.step() marks steps
         self._until_joined: list[Any] = []
         """What the window's start could not do yet (the process had no process group: a window with no
@@ -278,6 +279,8 @@ class CaptureSession:
         """The program is about to destroy a process group (or all): inside the window, keep the members
         of the groups alive now, since the recorded collectives of a destroyed group are in the trace
         (:meth:`_groups`)."""
+        with contextlib.suppress(Exception):  # bookkeeping must never break the program
+            self._rank_and_world()  # kept for a save after the default group is gone
         if self.action != Action.NONE:
             with contextlib.suppress(Exception):  # bookkeeping must never break the program
                 self._groups()
@@ -539,19 +542,27 @@ class CaptureSession:
     # ---- identity ------------------------------------------------------------------------------------
     @property
     def rank(self) -> int:
-        import torch.distributed as dist
-
-        if dist.is_available() and dist.is_initialized():
-            return dist.get_rank()
-        return int(os.environ.get("RANK", "0"))
+        return self._rank_and_world()[0]
 
     @property
     def world_size(self) -> int:
+        return self._rank_and_world()[1]
+
+    def _rank_and_world(self) -> tuple[int, int]:
+        """(rank, world size): the default process group's while it exists, else the last it had (the
+        program destroyed it before its rank saved at exit), else torchrun's ``RANK`` and ``WORLD_SIZE``.
+        Ranks started otherwise (``mp.spawn``, ``init_process_group(init_method=..., rank=...)``, a SLURM
+        script's own mapping) have no ``RANK``: before, each such rank that saved after destroying its
+        group saved as rank 0 of 1, over the others' (2 ranks of an ``mp.spawn`` job gave a run of world
+        size 1, exit 0)."""
         import torch.distributed as dist
 
         if dist.is_available() and dist.is_initialized():
-            return dist.get_world_size()
-        return int(os.environ.get("WORLD_SIZE", "1"))
+            self._last_identity = (dist.get_rank(), dist.get_world_size())
+            return self._last_identity
+        if self._last_identity is not None:
+            return self._last_identity
+        return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
 
     def _raw_dir(self) -> Path:
         d = self.run_dir / RAW_DIR if self.keep_raw else self.run_dir / PARTS_DIR / f"raw-{self.rank}"
