@@ -252,12 +252,36 @@ class CaptureSession:
         # DataLoader worker under the spawn or forkserver method imports torch again): its window begins
         # when it joins a job (creates a process group) or steps; a helper does neither, and runs nothing
         import multiprocessing
+        import multiprocessing.util
 
+        multiprocessing.util.register_after_fork(self, CaptureSession._forked)
         child = multiprocessing.current_process().name != "MainProcess"  # set before a spawned one unpickles
         self._window_waits = (child or multiprocessing.parent_process() is not None) and not _joined()
         if not self._window_waits:
             self._run_phases(phases_between(Action.NONE, self.action))
         return self
+
+    def _forked(self) -> None:
+        """In a process that multiprocessing forked from this session's (``mp.Process`` or
+        ``mp.start_processes(..., start_method="fork")``, a fork ``Pool``'s or DataLoader's worker): its one
+        thread is the one that forked. Forked from a process that was in no job and had marked no step (the
+        launcher of ranks started by hand, ``python train.py`` whose main starts them), it is a process of
+        its own, a rank once it joins a job: it saves as itself, and at its exit, which multiprocessing
+        ends with ``os._exit`` (no ``atexit``), through multiprocessing's own exit hooks. Forked from a rank,
+        it holds a stale copy of the rank's session and saves nothing. Forked from a launcher that had begun
+        its window (``--steps 0:W:A``), it holds a copy of what that started, and is left as it was: it
+        saves at the window's end, not at its exit. Before, a forked rank's main thread
+        was the launcher's: DDP's all_reduce was taken for another thread's, the rank's wait at the end of
+        backward for compute (on 2 gloo ranks whose rank 1 slept 200 ms a step, it was blamed 0.5 ms, a
+        host gap), and a forked rank that exited inside the window saved nothing."""
+        self._main_thread = threading.get_native_id()
+        if _joined() or self.step_index or self.action != Action.NONE:
+            return
+        import multiprocessing.util
+
+        self._pid = os.getpid()
+        self._started_ns = self._step_start = time.time_ns()
+        multiprocessing.util.Finalize(self, self._at_exit, exitpriority=0)
 
     def _on_group(self) -> None:
         """A process group was created: this process is a rank of a job of ``world_size`` ranks."""
