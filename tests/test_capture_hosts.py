@@ -264,6 +264,32 @@ def test_ranks_another_profile_saved_into_the_same_out_at_once_are_refused_not_m
     assert not (run / "manifest.json").exists()
 
 
+def test_one_profile_per_rank_of_a_job_torchrun_did_not_start_into_one_out_is_refused_saying_what_to_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # srun -n 2 skewlens profile --out RUN -- python train.py: each task's profile runs one rank of the job
+    # (no torchrun run id, one MASTER_ADDR:MASTER_PORT), and finds the other's rank in its --out. Before, it
+    # said "rank 1 of a job on one host (vm) saved by another skewlens profile's command, not this one's:
+    # two skewlens profile commands captured into this --out at once", naming neither the job nor what to run
+    run = tmp_path / "run"
+    body = """
+        import os
+        job = {"run_id": "", "rendezvous": "127.0.0.1:29631", "started_ns": 10, "restart_count": 0}
+        save_rank(run, 0, "vm", per_host=2, profile=os.environ["SKEWLENS_PROFILE_ID"], run_identity=job)
+        save_rank(run, 1, "vm", per_host=2, profile="other", run_identity=job)
+        """
+    code, err = _profile_while(run, body, capsys)
+    assert code == 2, err
+    assert (
+        f"{run}: rank 1 of this job (rendezvous 127.0.0.1:29631, on vm) saved by other skewlens profile "
+        "commands than this one's (rank 0): one skewlens profile per rank (srun ... skewlens profile) cannot "
+        "share an --out, and no manifest.json was written. Give each its own (--out RUN-$SLURM_PROCID) and "
+        "join them with skewlens merge, or start every rank under one (skewlens profile --out RUN -- "
+        "srun ...)"
+    ) in err
+    assert not (run / "manifest.json").exists()
+
+
 def test_a_profile_that_replaces_the_manifest_another_profile_merged_first_says_whose_capture_is_lost(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -551,6 +551,8 @@ def _merge(
     parts_before, parts = parts, {r: p for r, p in parts.items() if r not in earlier}
     if not parts:
         return None
+    if profile and (why := _one_profile_per_rank(parts, profile)) is not None:
+        raise CaptureError(f"{run_dir}: {why}")
     if profile and (why := _not_one_capture(parts, profile)) is not None:
         raise CaptureError(
             f"{run_dir}: {why}: two skewlens profile commands captured into this --out at once, and each "
@@ -721,6 +723,34 @@ def _not_one_capture(parts: dict[int, dict], profile: str) -> str | None:
     return (
         f"{ranks_label(theirs)} of a job on one host ({host}) saved by another skewlens profile's command, "
         f"not this one's{''.join(f' ({k})' for k in said.values())}"
+    )
+
+
+def _one_profile_per_rank(parts: dict[int, dict], profile: str) -> str | None:
+    """Why ``parts`` are refused where the ranks of one job that torchrun did not start (no run id, one
+    rendezvous ``MASTER_ADDR:MASTER_PORT``) were saved by several ``skewlens profile`` commands on one host,
+    this one (``profile``) among them: one profile per rank, as ``srun -n N skewlens profile --out RUN --
+    python train.py`` starts them. Each merges when its own command ends, and cannot tell the others' ranks
+    from another capture's; before, each said so in those words (``two skewlens profile commands captured
+    into this --out at once``), naming neither the job nor what to run instead. None otherwise."""
+    idents = [_part_identity(p) for p in parts.values()]
+    jobs = {(i.run_id, i.rendezvous) for i in idents if i is not None}
+    if len(jobs) != 1 or None in idents:
+        return None
+    ((run_id, rendezvous),) = jobs
+    if run_id or not rendezvous:
+        return None
+    theirs = sorted(r for r, p in parts.items() if p.get("profile") not in (None, "", profile))
+    mine = [r for r, p in parts.items() if p.get("profile") == profile]
+    hosts = {str(p.get("host", "")) for p in parts.values()}
+    if not theirs or not mine or len(hosts) != 1:
+        return None
+    return (
+        f"{ranks_label(theirs)} of this job (rendezvous {rendezvous}, on {hosts.pop()}) saved by other "
+        f"skewlens profile commands than this one's ({ranks_label(sorted(mine))}): one skewlens profile per "
+        "rank (srun ... skewlens profile) cannot share an --out, and no manifest.json was written. Give each "
+        "its own (--out RUN-$SLURM_PROCID) and join them with skewlens merge, or start every rank under one "
+        f"(skewlens profile --out RUN -- srun ...): {doc('docs/capture.md')}, Ranks torchrun did not start"
     )
 
 
