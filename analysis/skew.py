@@ -54,6 +54,7 @@ from skewlens.analysis.index import (
     rows_starting_in,
 )
 from skewlens.analysis.records import CauseKind, CollectiveSkewRecord
+from skewlens.profiler.autograd import ENGINE_NODE_PREFIX, backward_function
 from skewlens.profiler.manifest import HASHED_GROUP_NAME
 from skewlens.profiler.store.issues import rank_ranges
 from skewlens.profiler.vocab import CommType, NodeType
@@ -170,7 +171,7 @@ class Cause:
 
 #: Prefix of the autograd engine's backward ops: ``autograd::engine::evaluate_function: AddmmBackward0``
 #: reads as ``AddmmBackward0`` (the backward function's own name, which is what users know).
-AUTOGRAD_PREFIX = "autograd::engine::evaluate_function: "
+AUTOGRAD_PREFIX = ENGINE_NODE_PREFIX
 
 
 def _short(name: str, limit: int = 64) -> str:
@@ -182,7 +183,7 @@ def _short(name: str, limit: int = 64) -> str:
     what the name names: FSDP2's scopes' module (``FSDP::all_gather (layers.0)``, which was cut to
     ``FSDP::all_gather `` and lost which layer's all-gather grew), a copy's direction (``Memcpy HtoD
     (Pageable -> Device)``)."""
-    name = name.removeprefix(AUTOGRAD_PREFIX)
+    name = backward_function(name)
     if name.startswith("void "):
         name = re.split(r"[<(]", name[5:], maxsplit=1)[0] or name
     elif "(" in name and name.endswith(")") and not name.split("(", 1)[0].endswith(" "):

@@ -17,11 +17,21 @@ from collections.abc import Sequence
 #: Kineto's name of the autograd engine's work on one node of the backward graph (a thread with such
 #: operators other than the main thread is an engine thread).
 ENGINE_OP_PREFIX = "autograd::engine::evaluate_function"
+#: What comes before the backward function's name in such an operator's name
+#: (``autograd::engine::evaluate_function: AddmmBackward0``).
+ENGINE_NODE_PREFIX = f"{ENGINE_OP_PREFIX}: "
 
 
 def is_engine_op(name: str) -> bool:
     """Whether a host operator is the autograd engine's work on a node of the backward graph."""
     return name.startswith(ENGINE_OP_PREFIX)
+
+
+def backward_function(name: str) -> str:
+    """The backward function the autograd engine's operator ``name`` ran (``AddmmBackward0`` of
+    ``autograd::engine::evaluate_function: AddmmBackward0``: the name users know, which the analyses' causes
+    give), any other name unchanged."""
+    return name.removeprefix(ENGINE_NODE_PREFIX)
 
 
 def is_accumulation(name: str) -> bool:

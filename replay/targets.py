@@ -13,6 +13,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
+from skewlens.profiler.autograd import backward_function
 from skewlens.profiler.store.issues import counted, rank_ranges, ranks_label
 from skewlens.profiler.store.model import RankTrace, RunTrace
 from skewlens.replay.errors import MAX_SIM_NS, SIM_CLOCK, ConfigError
@@ -227,7 +228,28 @@ def check_op_pattern(key: str, item: Slowdown, run: RunTrace) -> None:
     top = sorted(time_by_name, key=lambda n: -time_by_name[n])[:5]
     raise ConfigError(
         f"{key}.pattern: {item.pattern!r} matches no compute node of {where}, so it would slow nothing; "
+        f"{_backward_hint(item.pattern, time_by_name)}"
         f"the names with the most compute time there: {', '.join(repr(n) for n in top) or 'none'}"
+    )
+
+
+def _backward_hint(pattern: str, time_by_name: dict[str, int]) -> str:
+    """Where ``pattern`` matches backward ops of ``time_by_name`` only by their backward function's name
+    (``SleepInBackwardBackward``, as ``skewlens analyze``'s causes name them), which of them, and that a
+    pattern is matched against the whole name; else ''. A cause's ``compute grew: SleepInBackwardBackward
+    +20.1 ms``, copied into a replay's pattern, was refused listing the names with the most compute time,
+    the whole name among them but not said to be the one."""
+    named = sorted(
+        (n for n in time_by_name if backward_function(n) != n and op_matches(pattern, backward_function(n))),
+        key=lambda n: -time_by_name[n],
+    )
+    if not named:
+        return ""
+    ops = f"backward op{'s' if len(named) > 1 else ''} {', '.join(repr(n) for n in named[:3])}"
+    glob = "" if pattern.startswith("re:") else f": '*{pattern}' matches {'them' if len(named) > 1 else 'it'}"
+    return (
+        f"it names the {ops} as skewlens analyze's causes do, without the autograd engine's prefix, but a "
+        f"pattern is matched against whole names{glob}; "
     )
 
 

@@ -1175,6 +1175,49 @@ def _replay_said(
     return rc, capsys.readouterr().err.strip().splitlines()
 
 
+def test_an_op_pattern_naming_a_backward_op_as_analyze_does_is_refused_saying_the_whole_name_and_a_glob(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # analyze's cause reads "compute grew: SleepInBackwardBackward +20.1 ms" (the engine's prefix dropped);
+    # copied into a pattern it matched nothing, and the refusal listed the whole name among others, unsaid
+    engine = "autograd::engine::evaluate_function: SleepInBackwardBackward"
+    b = RunBuilder(world_size=2)
+    for r in range(2):
+        b.rank(r).compute("aten::mm", dur_ns=1_000_000, start_ns=0)
+        b.rank(r).compute(engine, dur_ns=20_000_000 if r == 1 else 10_000)
+        b.rank(r).collective(CommType.ALL_REDUCE, comm_bytes=1 << 20, dur_ns=200_000)
+    run = b.write(tmp_path / "run")
+    item = "{kind:op,pattern:'%s',factor:0,ranks:[1]}"
+    rc, said = _replay_said(
+        run, tmp_path / "o", capsys, [f"+slowdown.entries=[{item % 'SleepInBackwardBackward'}]"]
+    )
+    assert rc == 2
+    assert said == [
+        (
+            "skewlens replay: error: slowdown.entries[0].pattern: 'SleepInBackwardBackward' matches no "
+            f"compute node of rank 1, so it would slow nothing; it names the backward op '{engine}' as "
+            "skewlens analyze's causes do, without the autograd engine's prefix, but a pattern is matched "
+            "against whole names: '*SleepInBackwardBackward' matches it; the names with the most compute "
+            f"time there: '{engine}', 'aten::mm'"
+        )
+    ]
+    # a regex is searched for anywhere in the name, so only an anchored one can miss: no glob to offer it
+    rc, said = _replay_said(run, tmp_path / "o", capsys, [f"+slowdown.entries=[{item % 're:^Sleep'}]"])
+    assert rc == 2
+    assert said[0].endswith(
+        f"it names the backward op '{engine}' as skewlens analyze's causes do, without the autograd engine's "
+        f"prefix, but a pattern is matched against whole names; the names with the most compute time there: "
+        f"'{engine}', 'aten::mm'"
+    )
+    # the glob the refusal offers takes rank 1's 20 ms away, and rank 0's wait for it
+    glob = f"+slowdown.entries=[{item % '*SleepInBackwardBackward'}]"
+    rc, _said = _replay_said(run, tmp_path / "o", capsys, [glob])
+    assert rc == 0
+    waits = pq.read_table(tmp_path / "o" / "summary.parquet").to_pylist()
+    assert {w["rank"]: w["exposed_wait_ns"] for w in waits}[0] < 1_000_000
+    assert {w["rank"]: w["compute_ns"] for w in waits}[1] == 1_000_000
+
+
 def test_a_slow_link_no_transfer_crosses_is_refused_and_one_a_send_crosses_slows_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
