@@ -459,3 +459,27 @@ def test_a_rank_that_steps_no_optimizer_is_said_to_have_marked_no_step_not_to_ha
     assert skewlens_main(["analyze", str(out), "--out", str(tmp_path / "an")]) == 0
     warned = "skewlens analyze: warning: rank 1 of 2 has no trace: only the traced ranks are used"
     assert capsys.readouterr().err.splitlines() == [warned]
+
+
+def test_two_optimizers_of_one_class_are_told_apart_by_their_parameters_in_the_step_marks_note(
+    tmp_path: Path,
+) -> None:
+    # a PPO loop: the critic's Adam steps first (it marks the steps), then the actor's; the note said
+    # "(Adam, 4 calls by the end of the window; others: Adam 3, SGD 3)", which did not say which Adam marked
+    # them (the window ends at the critic's 4th step(), before the others' 4th); a class alone is named alone
+    critic, actor = torch.zeros(3, requires_grad=True), torch.zeros(2, 5, requires_grad=True)
+    critic_opt, actor_opt = torch.optim.Adam([critic]), torch.optim.Adam([actor])
+    sgd = torch.optim.SGD([torch.zeros(7, requires_grad=True)], lr=0.1)
+    with capture(tmp_path / "run", steps="1:0:3", auto_step=True):
+        for _ in range(4):
+            critic.sum().backward()
+            critic_opt.step()
+            actor.sum().backward()
+            actor_opt.step()
+            sgd.step()
+    note = read_manifest(tmp_path / "run").notes[STEP_MARKS_NOTE]
+    assert note.startswith(
+        "3 optimizers stepped; a step ends at each step() of the first to step "
+        f"(Adam over {critic.numel()} parameters, 4 calls by the end of the window; "
+        f"others: Adam over {actor.numel()} parameters 3, SGD 3)"
+    )

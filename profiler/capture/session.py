@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 import weakref
+from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -73,6 +74,15 @@ def _weak(optimizer: Any) -> Callable[[], Any] | None:
         return weakref.ref(optimizer)
     except TypeError:
         return None
+
+
+def _parameter_elements(optimizer: Any) -> int:
+    """How many parameter elements ``optimizer`` updates (its ``param_groups``'; 0 where it has none, or
+    they are not tensors)."""
+    try:
+        return sum(int(p.numel()) for g in optimizer.param_groups for p in g["params"])
+    except (AttributeError, KeyError, TypeError):
+        return 0
 
 
 def _unhooked_outer(optimizer: Any) -> Any:
@@ -192,6 +202,7 @@ class CaptureSession:
         # lets go of it (a new optimizer after freezing or growing the model), the next to step marks them
         self._first_ref: Callable[[], Any] | None = None
         self._optimizer_steps: dict[int, tuple[str, int]] = {}  # id -> (class name, step() calls)
+        self._optimizer_sizes: dict[int, int] = {}  # id -> parameter elements, read at its first step()
         self._kineto: Any = None
         self._program_profiler: Any = None  # kineto.ProgramProfiler, from install()
         self._workers: Any = None  # collectives level: gloo's worker events (kineto.WorkerEvents)
@@ -379,20 +390,37 @@ class CaptureSession:
             return  # optimizer, a wrapper's inner one): part of that step
         if self._first_ref is not None and self._first_ref() is None:  # freed: its id may be the new one's
             self._optimizer_steps.pop(self._first_optimizer or 0, None)
+            self._optimizer_sizes.pop(self._first_optimizer or 0, None)
             self._first_optimizer = self._first_ref = None
         if self._first_optimizer is None:
             self._first_optimizer = id(optimizer)
             self._first_ref = _weak(optimizer)
         name, calls = self._optimizer_steps.get(id(optimizer), (type(optimizer).__name__, 0))
         self._optimizer_steps[id(optimizer)] = (name, calls + 1)
+        if not calls:
+            self._optimizer_sizes[id(optimizer)] = _parameter_elements(optimizer)
         if id(optimizer) == self._first_optimizer:
             self.step()
         inner, outer, outer_name = self._hand_over
         if id(optimizer) == inner:  # it ran in a wrapper's step(), whose steps are its from now on: the
             self._hand_over = (0, 0, "")  # wrapper's, as are this one and the training's if it was the first
             self._optimizer_steps[outer] = (outer_name, self._optimizer_steps.pop(inner)[1])
+            self._optimizer_sizes[outer] = self._optimizer_sizes.pop(inner, 0)
             if self._first_optimizer == inner:  # (_first_ref stays the inner one's, which the wrapper holds)
                 self._first_optimizer = outer
+
+    def _optimizer_labels(self) -> dict[int, str]:
+        """Each optimizer that stepped (id ->) as the step-marks notes name it: its class, and where another
+        of that class that updates another number of parameter elements stepped too, its number (``Adam
+        over 66,049 parameters``: a PPO loop's critic and actor, both Adam, were ``Adam, 8 calls ...; others:
+        Adam 7``, which did not say which of the two marked the steps)."""
+        sizes: dict[str, set[int]] = defaultdict(set)
+        for k, (n, _c) in self._optimizer_steps.items():
+            sizes[n].add(self._optimizer_sizes.get(k, 0))
+        return {
+            k: f"{n} over {self._optimizer_sizes.get(k, 0):,} parameters" if len(sizes[n]) > 1 else n
+            for k, (n, _c) in self._optimizer_steps.items()
+        }
 
     def step(self) -> None:
         """Mark the end of the current training step."""
@@ -758,14 +786,17 @@ class CaptureSession:
         if rpc_running():
             self.notes[rank_note_key(rank, RankNote.RPC)] = RPC_NOTE
         if len(self._optimizer_steps) > 1 and self._first_optimizer is not None:
+            label = self._optimizer_labels()
             first = self._optimizer_steps[self._first_optimizer]
             others = ", ".join(
-                f"{n} {c}" for k, (n, c) in self._optimizer_steps.items() if k != self._first_optimizer
+                f"{label[k]} {c}"
+                for k, (_n, c) in self._optimizer_steps.items()
+                if k != self._first_optimizer
             )
             self.notes[STEP_MARKS_NOTE] = (
                 f"{len(self._optimizer_steps)} optimizers stepped; a step ends at each step() of the first "
-                f"to step ({first[0]}, {first[1]} calls by the end of the window; others: {others}): where a "
-                "training step calls "
+                f"to step ({label[self._first_optimizer]}, {first[1]} calls by the end of the window; "
+                f"others: {others}): where a training step calls "
                 f"several, mark steps with the Python API ({doc('docs/capture.md')})"
             )
         ops, host_ops, syncs = self._ops()
@@ -1012,15 +1043,17 @@ class CaptureSession:
             )
         if self._first_optimizer not in self._optimizer_steps:
             return None
-        first, calls = self._optimizer_steps[self._first_optimizer]
+        _first, calls = self._optimizer_steps[self._first_optimizer]
         others = {k: v for k, v in self._optimizer_steps.items() if k != self._first_optimizer}
         if not any(c > calls for _n, c in others.values()):
             return None
         w = self.window
-        listed = ", ".join(f"{n} {c}" for n, c in others.values())
+        label = self._optimizer_labels()
+        listed = ", ".join(f"{label[k]} {c}" for k, (_n, c) in others.items())
         return (
             f"no step of the window (steps {w.wait + w.warmup}-{w.wait + w.warmup + w.active - 1}) ended: "
-            f"a step ends at each step() of the first optimizer to step ({first}, {calls} calls; others: "
+            f"a step ends at each step() of the first optimizer to step ({label[self._first_optimizer]}, "
+            f"{calls} calls; others: "
             f"{listed}), and only it marks steps; where the training's steps are another optimizer's, mark "
             f"them with the Python API (cap.step(), {doc('docs/capture.md')})"
         )
