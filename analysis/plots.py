@@ -59,6 +59,30 @@ def _ticks(n: int) -> list[int]:
     return list(range(0, n, max(n // _MAX_TICKS, 1)))
 
 
+#: Least space between two labels of the wait heatmap's colour bar, in their height.
+_COLOUR_TICK_SPACING = 1.5
+
+
+def _colour_ticks(top_ms: float, bar_points: float, label_points: float) -> list[float]:
+    """The labelled waits of the heatmap's colour bar, ``bar_points`` tall for 0 to ``top_ms`` on the
+    square-root scale (:data:`WAIT_GAMMA`), of labels ``label_points`` tall: round values up to ``top_ms``
+    (matplotlib's), from 0 up, each :data:`_COLOUR_TICK_SPACING` labels' height or more above the last
+    kept. matplotlib's own put a label past the top (40 above a largest wait of 33.06 ms) and drew it over
+    the one below it (30), where the scale crowds the large values together: on 2 ranks, whose bar is 1.7
+    inches tall."""
+    from matplotlib.ticker import MaxNLocator
+
+    kept: list[float] = []
+    gap = _COLOUR_TICK_SPACING * label_points
+    for t in map(float, MaxNLocator(nbins=5).tick_values(0.0, top_ms)):
+        if t < 0 or t > top_ms:
+            continue
+        at = (t / top_ms) ** WAIT_GAMMA * bar_points
+        if not kept or at - (kept[-1] / top_ms) ** WAIT_GAMMA * bar_points >= gap:
+            kept.append(t)
+    return kept
+
+
 @dataclass(frozen=True, slots=True)
 class HeatmapData:
     """What :func:`wait_heatmap` draws."""
@@ -232,7 +256,10 @@ def wait_heatmap(
             cmap="viridis",
             norm=PowerNorm(WAIT_GAMMA, vmin=0.0, vmax=data.top_ms, clip=True),
         )
-        fig.colorbar(im, ax=ax, label="ms (square-root scale)")
+        bar = fig.colorbar(im, ax=ax, label="ms (square-root scale)")
+        bar_points = bar.ax.get_position().height * fig.get_figheight() * 72
+        label_points = max((t.get_size() for t in bar.ax.get_yticklabels()), default=10.0)
+        bar.set_ticks(_colour_ticks(data.top_ms, bar_points, label_points))
         # where the clocks contradict each other the waits are not meaningful (the report's clock note):
         # those columns hatched over their cells
         for j in np.flatnonzero(data.clocks_disagree).tolist():

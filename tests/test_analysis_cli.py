@@ -1322,6 +1322,36 @@ def test_the_wait_heatmap_says_in_words_whom_the_most_wait_is_blamed_on(
     assert title[1] == f"rank 2 made its peers wait the most: {ms_text(caused_ns)} ms a step"
 
 
+@pytest.mark.parametrize("late_ms", [33.056228, 0.6, 4_000.0])
+def test_the_wait_heatmaps_colour_bar_labels_only_waits_on_it_each_clear_of_the_next(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, late_ms: float
+) -> None:
+    # a PPO loop on 2 gloo ranks: rank 0 waited 33.06 ms at most; the bar (1.7 inches tall) was labelled
+    # 0, 10, 20, 30 and 40, the 40 past its top and drawn over the 30 (the square-root scale crowds the top)
+    drawn = drawn_figures(monkeypatch)
+    late_ns = round(late_ms * 1e6)
+    b = RunBuilder(2)
+    for r in (0, 1):
+        rb = b.rank(r).step(0)
+        arrive = MS + (late_ns if r == 1 else 0)
+        rb.compute("work", arrive, start_ns=0)
+        rb.collective(CommType.ALL_REDUCE, 1 << 20, late_ns + 2 * MS - arrive, start_ns=arrive)
+    result = analyze_run(load_run(b.write(tmp_path / "run")), blame=False)
+    wait_heatmap(result, tmp_path / "w.png")
+    fig = drawn[0]
+    bar = fig.axes[1]
+    top = wait_heatmap_data(result).top_ms
+    assert abs(top - late_ms) < 1e-3
+    ticks = [float(t) for t in bar.get_yticks()]
+    assert ticks[0] == 0.0 and len(ticks) >= 2
+    assert all(0.0 <= t <= top for t in ticks), (ticks, top)
+    # each label at least its own height and half again above the one below it, on the drawn bar
+    height_pt = bar.get_position().height * fig.get_figheight() * 72
+    size_pt = max(label.get_size() for label in bar.get_yticklabels())
+    at = [(t / top) ** 0.5 * height_pt for t in ticks]
+    assert min(b - a for a, b in itertools.pairwise(at)) >= 1.5 * size_pt, (ticks, at, size_pt)
+
+
 def test_the_wait_heatmap_draws_each_cell_in_the_colour_its_shade_gives(tmp_path: Path) -> None:
     # mutation round 13: the picture's own norm (PowerNorm) is apart from HeatmapData.shade, which the tests
     # read; drawn linear, or up to twice the largest wait, it still passed. Rank 0 waits 1 ms at the first
