@@ -105,16 +105,25 @@ def _node_events(
     names: tuple[str, ...],
     comm: bool,
     tracks: Tracks,
+    groups: tuple[str, ...] = ("null",),
 ) -> pa.Array:
     """Rows of one rank as X events on their stream's track; communication rows (``comm``) also carry
-    their wait and size."""
+    their wait, size, group and sequence number (``groups``: the run's group names as JSON text, then
+    ``null`` for a row of none), which the report's collectives are named by (``all_gather 0#42``: group
+    ``0``, seq 42). Before, a PPO loop's critic all_reduce on a group of its own could be told from the
+    actor's on the default group only by its track, and a blocking one on the host thread not at all."""
     rt = ri.trace
     args: list[tuple[str, Value]] = [
         ("node_id", json_int(rt.node_id[rows])),
         ("step", json_int(rt.step[rows])),
     ]
     if comm:
-        args += [("wait_ms", json_fixed(ri.wait_ns[rows], 6)), ("bytes", json_int(rt.comm_bytes[rows]))]
+        args += [
+            ("wait_ms", json_fixed(ri.wait_ns[rows], 6)),
+            ("bytes", json_int(rt.comm_bytes[rows])),
+            ("group", Lookup(groups, np.where(rt.pg[rows] >= 0, rt.pg[rows], len(groups) - 1))),
+            ("seq", json_int(rt.seq[rows])),
+        ]
     fields: list[tuple[str, Value]] = [
         ("ph", '"X"'),
         ("name", Lookup(names, rt.name_idx[rows])),
@@ -261,6 +270,7 @@ def write_perfetto(
         option=write_all,
     )
     names = {r: tuple(json.dumps(n) for n in ix.ranks[r].trace.names) for r in ranks}
+    groups = (*(json.dumps(n) for n in ix.run.pg_names), "null")
     # a critical path track only on the ranks the path drawn passes through (the others had an empty one)
     cp = result.critical_path
     cp_ts, cp_kept = _path_kept(cp, cap)
@@ -293,7 +303,9 @@ def write_perfetto(
 
     def fmt(job: tuple[int, np.ndarray, bool]) -> pa.Array:
         r, rows, comm = job
-        return _node_events(r, ix.ranks[r], cats[r], rows, t0=t0, names=names[r], comm=comm, tracks=tracks[r])
+        return _node_events(
+            r, ix.ranks[r], cats[r], rows, t0=t0, names=names[r], comm=comm, tracks=tracks[r], groups=groups
+        )
 
     return write_trace(
         p,

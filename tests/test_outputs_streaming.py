@@ -539,7 +539,13 @@ def test_the_analysis_trace_uncapped_has_every_node_on_its_stream_track(tmp_path
         for i in np.flatnonzero(_analysed(ri)).tolist():
             args: dict[str, Any] = {"node_id": int(rt.node_id[i]), "step": int(rt.step[i])}
             if ri.is_comm[i]:
-                args |= {"wait_ms": int(ri.wait_ns[i]) / 10**6, "bytes": int(rt.comm_bytes[i])}
+                pg = int(rt.pg[i])
+                args |= {
+                    "wait_ms": int(ri.wait_ns[i]) / 10**6,
+                    "bytes": int(rt.comm_bytes[i]),
+                    "group": result.run.pg_names[pg] if pg >= 0 else None,
+                    "seq": int(rt.seq[i]),
+                }
             expected.append(
                 {
                     "ph": "X",
@@ -561,6 +567,34 @@ def test_the_analysis_trace_uncapped_has_every_node_on_its_stream_track(tmp_path
         if a.step == b.step and a.rank != b.rank
     )
     assert jumps > 0 and sum(1 for e in doc["traceEvents"] if e["ph"] == "s") == jumps
+
+
+def test_the_analysis_trace_names_each_collectives_group_and_seq_as_the_report_does(tmp_path: Path) -> None:
+    # a PPO loop: the actor's all_reduce on the default group, the critic's on a group of its own, a
+    # broadcast to the rollout copy; the report names them "all_reduce 1#9", the trace's slices only
+    # "c10d::allreduce_" (a blocking one on the host thread: no group anywhere)
+    b = RunBuilder(world_size=2, groups={"0": (0, 1), "1": (0, 1)})
+    for r in (0, 1):
+        rb = b.rank(r).step(0)
+        rb.compute("aten::mm", 1_000_000 + (2_000_000 if r == 1 else 0), start_ns=0)
+        rb.collective(CommType.ALL_REDUCE, 1 << 20, 300_000, pg="1")
+        rb.collective(CommType.ALL_REDUCE, 1 << 20, 300_000, pg="0")
+        rb.collective(CommType.BROADCAST, 1 << 10, 100_000, pg="0")
+    result = analyze_run(load_run(b.write(tmp_path / "run")), blame=False)
+    doc = json.loads(write_analysis_perfetto(result, tmp_path / "t.json", max_events=0).read_text())
+    by_node = {
+        (e["pid"], e["args"]["node_id"]): e["args"] for e in _x_events(doc) if e["cat"] == "collective"
+    }
+    records = list(result.skew.records())
+    assert {(x.pg_name, x.comm_type) for x in records} == {
+        ("1", "ALL_REDUCE"),
+        ("0", "ALL_REDUCE"),
+        ("0", "BROADCAST"),
+    }
+    for x in records:
+        args = by_node[(x.rank, x.node_id)]
+        assert (args["group"], args["seq"]) == (x.pg_name, x.seq)
+    assert not lint(tmp_path / "t.json").counts
 
 
 def test_the_skew_table_is_built_from_the_event_arrays_as_the_records_give_it(tmp_path: Path) -> None:
