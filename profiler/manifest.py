@@ -100,6 +100,7 @@ class RankNote(StrEnum):
     IMPORT = "import"
     SOURCE = "source"
     RPC = "rpc"
+    GROUPS_MADE = "process groups made"
 
 
 def rank_note_key(rank: int, kind: RankNote | None = None) -> str:
@@ -122,6 +123,7 @@ DEGRADED_NOTE_KINDS: frozenset[str] = frozenset(
         RankNote.COMM_SIZES,
         RankNote.COMM_GROUPS,
         RankNote.RPC,
+        RankNote.GROUPS_MADE,
     }
 )
 

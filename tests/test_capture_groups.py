@@ -11,12 +11,12 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from capture_helpers import ONE_GLOO_RANK
+from capture_helpers import ONE_GLOO_RANK, profile_script
 
 from skewlens.profiler.capture import session
 from skewlens.profiler.capture.session import CaptureSession
 from skewlens.profiler.chakra_io import iter_nodes, node_attrs
-from skewlens.profiler.manifest import ProcessGroupInfo
+from skewlens.profiler.manifest import ProcessGroupInfo, RankNote, rank_note_key
 from skewlens.profiler.vocab import Attr
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,7 +69,11 @@ dist.destroy_process_group()
     assert [(g["name"], g["ranks"]) for g in manifest["process_groups"]] == [
         ("0", [0]), ("1", [0]), ("2", [0]), ("3", [0]),
     ]  # fmt: skip
-    assert manifest["notes"] == {}
+    # the two groups made in the recorded steps, noted (their creation's time is host time)
+    assert list(manifest["notes"]) == ["rank 0 process groups made"]
+    assert manifest["notes"]["rank 0 process groups made"].startswith(
+        "2 process group(s) created inside the window ('2', '3'), "
+    )
     # steps 1 and 2 are recorded: groups '2' and '3', each with its one all_reduce (the recorder's first)
     assert _collectives(run) == [
         ("c10d::allreduce_", "2", 1, 24),
@@ -160,3 +164,61 @@ def test_after_a_destroy_the_groups_are_read_again_though_a_new_one_took_the_gon
     cap._group_destroyed()
     live[1].name = "2"  # group 1 destroyed, group 2 made at its address (the same id())
     assert [g.name for g in cap._groups()] == ["0", "1", "2"]
+
+
+def test_the_groups_a_rank_made_inside_the_window_are_noted_with_the_time_their_creation_took(
+    tmp_path: Path,
+) -> None:
+    # before: a group made inside the window left no trace of its creation, whose barrier is a wait for
+    # the late ranks that no collective records; the manifest said nothing of the time it took
+    run = _capture(
+        tmp_path,
+        """
+with capture(sys.argv[1], steps="1:0:3") as cap:
+    for i in range(4):
+        tmp = dist.new_group([0])
+        sub, _ = dist.new_subgroups(group_size=1)
+        dist.all_reduce(torch.ones(2), group=tmp)
+        dist.destroy_process_group(tmp)
+        cap.step()
+dist.destroy_process_group()
+""",
+    )
+    notes = json.loads((run / "manifest.json").read_text())["notes"]
+    note = notes[rank_note_key(0, RankNote.GROUPS_MADE)]
+    # step 0 waits (groups '1', '2' not counted); steps 1 to 3 made '3' to '8' (new_group's, new_subgroups')
+    assert note.startswith("6 process group(s) created inside the window ('3', '4', '5', ... 3 more), "), note
+
+
+SLEEP_BEFORE_NEW_GROUP = """
+import time, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+model = torch.nn.Linear(4, 4)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for step in range(5):
+    model(torch.ones(2, 4)).sum().backward()
+    if rank == 1:
+        time.sleep(0.05)
+    g = dist.new_group([0, 1])
+    dist.all_reduce(torch.ones(3), group=g)
+    dist.destroy_process_group(g)
+    opt.step()
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+def test_a_ranks_wait_in_new_group_for_a_late_peer_is_in_its_note_of_the_groups_it_made(
+    tmp_path: Path,
+) -> None:
+    # 2 gloo ranks, rank 1 sleeping 50 ms before each step's new_group: rank 0 waits there for it, a wait
+    # no collective records (before: nothing said so; the analyses blamed rank 1 for none of it)
+    run, proc = profile_script(tmp_path, SLEEP_BEFORE_NEW_GROUP, nproc=2, steps="1:1:3")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    notes = json.loads((run / "manifest.json").read_text())["notes"]
+    for rank in (0, 1):
+        note = notes[rank_note_key(rank, RankNote.GROUPS_MADE)]
+        assert note.startswith("3 process group(s) created inside the window ('"), note
+    waited = notes[rank_note_key(0, RankNote.GROUPS_MADE)].split("), ")[1].split(" ms")[0]
+    assert float(waited) >= 3 * 50, notes  # each of the 3 recorded steps' creations waited out the sleep

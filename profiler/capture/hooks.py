@@ -330,6 +330,9 @@ class CommHooks:
         """Asynchronous calls still running when :meth:`flush` took them (recorded without an end)."""
         self.lean_left = 0
         """Collectives still to record on the lean path (see :meth:`_lean`); 0: the full path."""
+        self.groups_made: list[tuple[str, int]] = []
+        """The process groups the program created while recording (``new_group``, ``new_subgroups``, a
+        device mesh's): (name, ns the creation took, its wait for the other ranks included)."""
         self.waits = WaitHooks(recording, step_of)
         """Where threads waited for async results (``wait_tensor``, ``Work.wait`` on the Works recorded
         here): :mod:`skewlens.profiler.capture.waits`."""
@@ -361,6 +364,7 @@ class CommHooks:
             self._install_ddp()
         self._install_ddp_init()
         self._install_group_threads()
+        self._install_group_times()
         self._install_destroy()
         self.waits.install()
         self.installed = True
@@ -720,6 +724,30 @@ class CommHooks:
             return result
 
         self._patches.set(c10d, "_new_process_group_helper", orig, helper)
+
+    def _install_group_times(self) -> None:
+        """Time each process group the program creates while recording (:attr:`groups_made`).
+
+        ``new_group`` (and so ``new_subgroups`` and a device mesh) makes a group through
+        ``_new_group_with_tag``, which returns once every rank has reached it (its store barrier; with
+        ``use_local_synchronization=True``, every member): a wait for a late rank that no collective
+        records, which the trace keeps as host time between operators."""
+        orig = getattr(c10d, "_new_group_with_tag", None)
+        if orig is None:
+            return
+        recording, made = self._recording, self.groups_made
+
+        def new_group_with_tag(*args: Any, **kwargs: Any) -> Any:
+            if not recording():
+                return orig(*args, **kwargs)
+            t0 = time.perf_counter_ns()
+            pg = orig(*args, **kwargs)
+            dur = time.perf_counter_ns() - t0
+            with contextlib.suppress(Exception):  # bookkeeping must never break the program
+                made.append((str(pg.group_name) if isinstance(pg, c10d.ProcessGroup) else "-", dur))
+            return pg
+
+        self._patches.set(c10d, "_new_group_with_tag", orig, new_group_with_tag)
 
     def _install_destroy(self) -> None:
         """Call ``on_destroy()`` before the program destroys a process group (or all of them)."""

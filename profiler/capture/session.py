@@ -132,6 +132,20 @@ def _joined() -> bool:
     return dist.is_available() and dist.is_initialized()
 
 
+def groups_made_note(made: list[tuple[str, int]]) -> str:
+    """The manifest note of the process groups a rank created inside the window: ((name, ns), ...) in
+    creation order (:attr:`~skewlens.profiler.capture.hooks.CommHooks.groups_made`)."""
+    names = [f"'{name}'" for name, _ns in made]
+    shown = ", ".join(names) if len(names) <= 4 else ", ".join(names[:3]) + f", ... {len(names) - 3} more"
+    ms = sum(ns for _name, ns in made) / 1e6
+    return (
+        f"{len(made)} process group(s) created inside the window ({shown}), {ms:.1f} ms in their creation, "
+        "where each rank waits for the others (new_group's barrier): no collective records that wait, which "
+        "the trace keeps as host time, so a rank late to a group's creation is blamed for none of it "
+        f"({doc('docs/capture.md')}, Process groups made inside the window)"
+    )
+
+
 def _group_info(pg: Any) -> ProcessGroupInfo:
     """A process group this rank is a member of: its name, members, description and backend."""
     import torch.distributed as dist
@@ -783,6 +797,8 @@ class CaptureSession:
                     f"{self._hooks.dropped} communication call(s) not recorded"
                 )
             running = self._hooks.running
+            if made := self._hooks.groups_made:
+                self.notes[rank_note_key(rank, RankNote.GROUPS_MADE)] = groups_made_note(made)
         if rpc_running():
             self.notes[rank_note_key(rank, RankNote.RPC)] = RPC_NOTE
         if len(self._optimizer_steps) > 1 and self._first_optimizer is not None:
