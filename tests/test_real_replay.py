@@ -2628,6 +2628,53 @@ def test_the_real_replay_gives_its_groups_the_recorded_names_around_a_locally_ma
     )
 
 
+def test_a_worker_gives_its_groups_the_recorded_numbers_where_the_program_made_groups_the_run_does_not_list(
+    tmp_path: Path,
+) -> None:
+    # groups '3' and '7' of a program that had made (and destroyed before the window) groups 1, 2 and 4-6:
+    # re-created one after the other, torch numbered them '1' and '2' (one gloo rank in a fresh process)
+    script = r"""
+import os, socket, sys
+from types import SimpleNamespace
+import torch.distributed as dist
+from skewlens.replay.real.plan import GroupSpec
+from skewlens.replay.real.worker import _create_groups
+with socket.socket() as s:
+    s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1")
+dist.init_process_group("gloo")
+specs = (GroupSpec(name="3", ranks=(0,), desc="a"), GroupSpec(name="7", ranks=(0,), desc="b"))
+groups = _create_groups(SimpleNamespace(groups=specs), 0)
+print(sorted((name, pg.group_name) for name, (pg, _ranks) in groups.items()))
+dist.destroy_process_group()
+"""
+    res = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.strip() == "[('3', '3'), ('7', '7')]"
+
+
+@pytest.mark.slow
+def test_the_real_replay_gives_its_groups_the_recorded_names_where_numbers_are_missing_from_the_run(
+    tmp_path: Path,
+) -> None:
+    # a run whose program made groups it destroyed before the window (a group made and dropped every step):
+    # its capture listed '0', '3' and '5'; the replay's capture named them '0', '1', '2'
+    groups = {"0": (0, 1), "3": (0, 1), "5": (1, 0)}
+    b = RunBuilder(2, groups)
+    for r in range(2):
+        rb = b.rank(r).step(0)
+        for pg in ("3", "5", "0"):
+            rb.collective(CommType.ALL_REDUCE, 4096, MS, pg=pg)
+    res = real_replay(
+        run_dir=b.write(tmp_path / "run"), out_dir=tmp_path / "out", effects=NO_EFFECTS, cfg=CFG
+    )
+    replayed = load_run(res.out_dir / "run")
+    assert {g.name: g.ranks for g in replayed.manifest.process_groups} == groups
+    assert sorted({i.pg_name for i in replayed.collectives}) == ["0", "3", "5"]
+
+
 def test_the_directory_torchrun_makes_private_in_its_log_dir_is_left_as_mkdir_would_make_it(
     tmp_path: Path,
 ) -> None:

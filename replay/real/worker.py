@@ -429,6 +429,7 @@ def _create_groups(meta: PlanMeta, rank: int) -> dict[str, Any]:
     for g in meta.groups:
         if g.local and rank not in g.ranks:
             continue  # made by its members alone, as the program made it
+        _number_next(g.name)
         ranks = list(g.ranks)
         pg = dist.new_group(
             ranks, group_desc=g.desc, sort_ranks=ranks == sorted(ranks), use_local_synchronization=g.local
@@ -436,6 +437,17 @@ def _create_groups(meta: PlanMeta, rank: int) -> dict[str, Any]:
         if rank in g.ranks:
             groups[g.name] = (pg, g.ranks)
     return groups
+
+
+def _number_next(name: str) -> None:
+    """Have torch number the next group it makes ``name`` where that is a number ahead of its counter: the
+    program made groups the run does not list (destroyed before the window), whose numbers the replay
+    would otherwise give the groups after them. Every rank skips the same numbers, as it re-creates the
+    same groups."""
+    world = getattr(dist.distributed_c10d, "_world", None)
+    count = getattr(world, "group_count", None)
+    if name.isdecimal() and isinstance(count, int) and count < int(name):
+        world.group_count = int(name)  # type: ignore[union-attr]
 
 
 def _profiler(meta: PlanMeta) -> AbstractContextManager[Any]:
