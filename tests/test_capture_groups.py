@@ -14,7 +14,7 @@ import pytest
 from capture_helpers import ONE_GLOO_RANK, profile_script
 
 from skewlens.profiler.capture import session
-from skewlens.profiler.capture.session import CaptureSession
+from skewlens.profiler.capture.session import CaptureSession, groups_made_note
 from skewlens.profiler.chakra_io import iter_nodes, node_attrs
 from skewlens.profiler.manifest import ProcessGroupInfo, RankNote, rank_note_key
 from skewlens.profiler.vocab import Attr
@@ -188,6 +188,13 @@ dist.destroy_process_group()
     note = notes[rank_note_key(0, RankNote.GROUPS_MADE)]
     # step 0 waits (groups '1', '2' not counted); steps 1 to 3 made '3' to '8' (new_group's, new_subgroups')
     assert note.startswith("6 process group(s) created inside the window ('3', '4', '5', ... 3 more), "), note
+
+
+def test_the_note_of_the_groups_made_names_a_group_of_other_ranks_as_such_and_sums_their_times() -> None:
+    # new_group hands a rank that is not a member no group: its name is not known there
+    note = groups_made_note([("3", 1_000_000), ("", 2_500_000)])
+    made = "2 process group(s) created inside the window ('3', one of other ranks), 3.5 ms in their creation"
+    assert note.startswith(made), note
 
 
 SLEEP_BEFORE_NEW_GROUP = """

@@ -729,9 +729,9 @@ class CommHooks:
         """Time each process group the program creates while recording (:attr:`groups_made`).
 
         ``new_group`` (and so ``new_subgroups`` and a device mesh) makes a group through
-        ``_new_group_with_tag``, which returns once every rank has reached it (its store barrier; with
-        ``use_local_synchronization=True``, every member): a wait for a late rank that no collective
-        records, which the trace keeps as host time between operators."""
+        ``_new_group_with_tag``, which on gloo returns once every member has reached it (gloo connects
+        them; with ``TORCH_DIST_INIT_BARRIER=1``, after a store barrier too): a wait for a late member that
+        no collective records, which the trace keeps as host time between operators."""
         orig = getattr(c10d, "_new_group_with_tag", None)
         if orig is None:
             return
@@ -744,7 +744,8 @@ class CommHooks:
             pg = orig(*args, **kwargs)
             dur = time.perf_counter_ns() - t0
             with contextlib.suppress(Exception):  # bookkeeping must never break the program
-                made.append((str(pg.group_name) if isinstance(pg, c10d.ProcessGroup) else "-", dur))
+                # '' for a group this rank is not in (torch hands it no group, nor its name)
+                made.append((str(pg.group_name) if isinstance(pg, c10d.ProcessGroup) else "", dur))
             return pg
 
         self._patches.set(c10d, "_new_group_with_tag", orig, new_group_with_tag)

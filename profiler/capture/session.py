@@ -134,14 +134,15 @@ def _joined() -> bool:
 
 def groups_made_note(made: list[tuple[str, int]]) -> str:
     """The manifest note of the process groups a rank created inside the window: ((name, ns), ...) in
-    creation order (:attr:`~skewlens.profiler.capture.hooks.CommHooks.groups_made`)."""
-    names = [f"'{name}'" for name, _ns in made]
+    creation order (:attr:`~skewlens.profiler.capture.hooks.CommHooks.groups_made`; name '': a group of
+    other ranks, which the rank makes too)."""
+    names = [f"'{name}'" if name else "one of other ranks" for name, _ns in made]
     shown = ", ".join(names) if len(names) <= 4 else ", ".join(names[:3]) + f", ... {len(names) - 3} more"
     ms = sum(ns for _name, ns in made) / 1e6
     return (
         f"{len(made)} process group(s) created inside the window ({shown}), {ms:.1f} ms in their creation, "
-        "where each rank waits for the others (new_group's barrier): no collective records that wait, which "
-        "the trace keeps as host time, so a rank late to a group's creation is blamed for none of it "
+        "where a group's members wait for each other (gloo connects them): no collective records that wait, "
+        "which the trace keeps as host time, so a rank late to a group's creation is blamed for none of it "
         f"({doc('docs/capture.md')}, Process groups made inside the window)"
     )
 
