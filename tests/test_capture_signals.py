@@ -163,6 +163,20 @@ def test_a_command_killed_by_a_signal_exits_with_128_plus_the_signal_as_a_shell_
     assert last.startswith("skewlens profile: error: command was killed by SIGKILL: sh -c"), last
 
 
+def _sigterm_once_ready(ready: Path) -> None:
+    """SIGTERM this process once the command has written ``ready`` (it then ignores SIGTERM); before: at a
+    fixed 0.5 s, racing the command's trap."""
+
+    def stop() -> None:
+        for _ in range(600):
+            if ready.exists():
+                break
+            threading.Event().wait(0.05)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=stop, daemon=True).start()
+
+
 def test_a_command_killed_after_the_sigterm_grace_period_is_said_to_be_killed_and_why(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
@@ -173,14 +187,40 @@ def test_a_command_killed_after_the_sigterm_grace_period_is_said_to_be_killed_an
     monkeypatch.setattr(run_mod, "TERM_GRACE_S", 1.0)
     ready = tmp_path / "ready"
 
-    def stop() -> None:  # once the command ignores SIGTERM (before: at a fixed 0.5 s, racing the trap)
-        for _ in range(600):
-            if ready.exists():
-                break
-            threading.Event().wait(0.05)
-        os.kill(os.getpid(), signal.SIGTERM)
-
-    threading.Thread(target=stop, daemon=True).start()
+    _sigterm_once_ready(ready)
     code = run_mod.run_command(["sh", "-c", f"trap '' TERM; : > '{ready}'; sleep 30"], dict(os.environ))
     assert code == -signal.SIGKILL
     assert "the command did not end within 1 s of SIGTERM: killed it" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("saved", [(0, 1), (1,)])
+def test_a_command_killed_after_every_rank_saved_is_not_said_to_have_a_rank_that_cannot_save(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    saved: tuple[int, ...],
+) -> None:
+    # a PPO loop's 2 ranks hung at exit (torch: a gloo worker waiting for the GIL that the main thread held
+    # while joining it) after both had saved their traces; killed 30 s after Ctrl-C, skewlens profile said
+    # that a rank blocked in a collective cannot save its trace
+    from skewlens.profiler.capture import run as run_mod
+
+    run = tmp_path / "run"
+    for r in saved:
+        part_file(run, r).parent.mkdir(parents=True, exist_ok=True)
+        part_file(run, r).write_text(json.dumps({"rank": r, "world_size": 2, "steps": []}))
+        run_mod.rank_file(run, r).write_text("trace")
+    monkeypatch.setattr(run_mod, "TERM_GRACE_S", 1.0)
+    ready = tmp_path / "ready"
+
+    _sigterm_once_ready(ready)
+    command = ["sh", "-c", f"trap '' TERM; : > '{ready}'; sleep 30"]
+    assert run_mod.run_command(command, dict(os.environ), run_dir=run) == -signal.SIGKILL
+    err = capsys.readouterr().err
+    assert "the command did not end within 1 s of SIGTERM: killed it" in err
+    if saved == (0, 1):
+        assert "cannot save its trace" not in err
+        assert "Every rank had saved its trace (ranks 0-1, kept)" in err
+    else:  # rank 0 may be the one blocked
+        assert "A rank blocked in a collective" in err
+        assert "cannot save its trace (rank 1: saved, kept)" in err

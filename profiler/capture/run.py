@@ -171,7 +171,13 @@ def _raise_terminated(_signum: int, _frame: object) -> None:
 INTERRUPTED, TERMINATED = "Ctrl-C", "SIGTERM"
 
 
-def run_command(command: Sequence[str], env: dict[str, str], *, stops: list[str] | None = None) -> int:
+def run_command(
+    command: Sequence[str],
+    env: dict[str, str],
+    *,
+    stops: list[str] | None = None,
+    run_dir: Path | None = None,
+) -> int:
     """Run the wrapped command to completion; its exit code (negative: killed by that signal). Interrupted
     (Ctrl-C) or stopped (SIGTERM), it passes the signal on once, lets the command end and returns its code,
     so that the run is finalised with what the ranks saved; a second Ctrl-C, or a command still running
@@ -181,7 +187,8 @@ def run_command(command: Sequence[str], env: dict[str, str], *, stops: list[str]
     The command runs in a process group of its own, so that a signal to ours (the terminal's Ctrl-C,
     ``timeout``) reaches it once, from here: torchrun, signalled twice, stops waiting for its workers to
     save their traces and exits, and the run would be finalised without them. On Linux it is told to stop
-    (SIGTERM) if this process dies first."""
+    (SIGTERM) if this process dies first. ``run_dir``: where the ranks save, read when the command is killed
+    to say which of them had saved their traces by then."""
     if not command:
         raise CaptureError("no command given: skewlens profile --out RUN_DIR -- COMMAND ...")
     exe = command[0]
@@ -194,7 +201,7 @@ def run_command(command: Sequence[str], env: dict[str, str], *, stops: list[str]
     main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _raise_terminated) if main else None
     try:
-        return _wait(proc, [] if stops is None else stops)
+        return _wait(proc, [] if stops is None else stops, run_dir)
     finally:
         if main and previous is not None:
             signal.signal(signal.SIGTERM, previous)
@@ -234,7 +241,7 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
             p.kill()
 
 
-def _wait(proc: subprocess.Popen[bytes], stops: list[str]) -> int:
+def _wait(proc: subprocess.Popen[bytes], stops: list[str], run_dir: Path | None = None) -> int:
     try:
         return proc.wait()
     except _Terminated:
@@ -254,7 +261,7 @@ def _wait(proc: subprocess.Popen[bytes], stops: list[str]) -> int:
         try:
             return proc.wait(timeout=TERM_GRACE_S)
         except subprocess.TimeoutExpired:
-            _say_killed(TERM_GRACE_S, "SIGTERM")
+            _say_killed(TERM_GRACE_S, "SIGTERM", run_dir)
             _kill(proc)
             return proc.wait()
         except _Terminated:
@@ -269,7 +276,7 @@ def _wait(proc: subprocess.Popen[bytes], stops: list[str]) -> int:
         try:
             return proc.wait(timeout=INTERRUPT_GRACE_S)
         except subprocess.TimeoutExpired:
-            _say_killed(INTERRUPT_GRACE_S, "Ctrl-C")
+            _say_killed(INTERRUPT_GRACE_S, "Ctrl-C", run_dir)
             _kill(proc)
             return proc.wait()
         except KeyboardInterrupt:
@@ -277,14 +284,33 @@ def _wait(proc: subprocess.Popen[bytes], stops: list[str]) -> int:
             return proc.wait()
 
 
-def _say_killed(grace_s: float, signal_name: str) -> None:
-    print(
+def _say_killed(grace_s: float, signal_name: str, run_dir: Path | None = None) -> None:
+    """Say that the command was killed, and why a rank may not end: blocked in a collective, where some
+    rank's trace is missing; where every rank had saved its trace, something after its capture (its exit)."""
+    saved: list[int] = []
+    world = 0
+    if run_dir is not None:
+        with contextlib.suppress(Exception):  # the message must be printed regardless
+            parts = read_parts(run_dir)
+            saved = sorted(_saved_parts(run_dir, parts))
+            world = max((int(p.get("world_size", 0)) for p in parts.values()), default=0)
+    killed = (
         f"skewlens profile: the command did not end within {grace_s:.0f} s of {signal_name}: killed it and "
-        "everything under it. A rank blocked in a collective (a peer frozen, gone, or waiting in another "
-        "collective) cannot save its trace; init_process_group(timeout=...) bounds that wait "
-        f"({doc('docs/capture.md')}, Across hosts)",
-        file=sys.stderr,
     )
+    if saved and saved == list(range(world)):
+        # a program that hangs in its own teardown (a process group's threads at exit) after every rank saved
+        why = (
+            f"everything under it. Every rank had saved its trace ({ranks_label(saved)}, kept): what did not "
+            "end came after its capture (the program's own exit or teardown)"
+        )
+    else:
+        had = f" ({ranks_label(saved)}: saved, kept)" if saved else ""
+        why = (
+            "everything under it. A rank blocked in a collective (a peer frozen, gone, or waiting in another "
+            f"collective) cannot save its trace{had}; init_process_group(timeout=...) bounds that wait "
+            f"({doc('docs/capture.md')}, Across hosts)"
+        )
+    print(killed + why, file=sys.stderr)
 
 
 #: The manifest's note on a rank whose save failed (a full disk, a quota), before the reason its part

@@ -145,7 +145,7 @@ def main(argv: list[str]) -> int:
         env[ENV_UNAVAILABLE] = native_failure
     stops: list[str] = []
     try:
-        code = run_command(command, env, stops=stops)
+        code = run_command(command, env, stops=stops, run_dir=run_dir)
     except CaptureError:
         leave_run_dir(run_dir)
         if created:
