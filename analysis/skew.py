@@ -54,7 +54,7 @@ from skewlens.analysis.index import (
     rows_starting_in,
 )
 from skewlens.analysis.records import CauseKind, CollectiveSkewRecord
-from skewlens.profiler.autograd import ENGINE_NODE_PREFIX, backward_function
+from skewlens.profiler.autograd import backward_function
 from skewlens.profiler.manifest import HASHED_GROUP_NAME
 from skewlens.profiler.store.issues import rank_ranges
 from skewlens.profiler.vocab import CommType, NodeType
@@ -167,11 +167,6 @@ class Cause:
                 "who was late is unknown"
             )
         return ""
-
-
-#: Prefix of the autograd engine's backward ops: ``autograd::engine::evaluate_function: AddmmBackward0``
-#: reads as ``AddmmBackward0`` (the backward function's own name, which is what users know).
-AUTOGRAD_PREFIX = ENGINE_NODE_PREFIX
 
 
 def _short(name: str, limit: int = 64) -> str:

@@ -203,9 +203,11 @@ def test_a_cause_names_an_op_once_where_the_autograd_engine_and_its_node_both_gr
     # "MmBackward0 +34.4 ms, RedistributeBackward +2.6 ms, MmBackward0 +1.4 ms"
     import numpy as np
 
-    from skewlens.analysis.skew import AUTOGRAD_PREFIX, Cause, _grown_ops, _summarise, _Window
+    from skewlens.analysis.skew import Cause, _grown_ops, _summarise, _Window
+    from skewlens.profiler.autograd import ENGINE_NODE_PREFIX
 
-    names = [f"{AUTOGRAD_PREFIX}MmBackward0", "RedistributeBackward", "MmBackward0", "aten::mm", "aten::add"]
+    engine = f"{ENGINE_NODE_PREFIX}MmBackward0"
+    names = [engine, "RedistributeBackward", "MmBackward0", "aten::mm", "aten::add"]
 
     def window(*ms: float) -> _Window:
         by_name = np.array([int(m * MS) for m in ms], dtype=np.int64)
@@ -240,13 +242,14 @@ def test_a_ranks_top_cause_names_an_op_two_events_read_alike_by_the_name_whose_g
     # one event's cause grew the node (10 ms), a later one's the engine's evaluate_function around it
     # (30 ms), each with 30 ms of wait: one label, named (blame.parquet's cause_op) by the engine's name,
     # whose growth times wait is the larger, with the mean growth (30 x 10 + 30 x 30) / 60 = 20 ms
-    from skewlens.analysis.skew import AUTOGRAD_PREFIX, Cause, _summarise
+    from skewlens.analysis.skew import Cause, _summarise
+    from skewlens.profiler.autograd import ENGINE_NODE_PREFIX
 
     def event(seq: int, name: str, grew_ms: int) -> SkewEvent:
         c = Cause(kind=CauseKind.COMPUTE, delta_ns=grew_ms * MS, op=name, ops=((name, grew_ms * MS),))
         return _late_rank_1_event(seq, "all_reduce", late_ms=30, exposed_ms=30, cause=c)
 
-    engine = f"{AUTOGRAD_PREFIX}MmBackward0"
+    engine = f"{ENGINE_NODE_PREFIX}MmBackward0"
     top = _summarise([event(0, "MmBackward0", 10), event(1, engine, 30)]).top_cause_in()[1]
     assert (top.op, top.ops) == (engine, ((engine, 20 * MS),))
 
