@@ -625,6 +625,30 @@ def test_the_wait_for_the_last_bucket_is_a_wait_where_the_first_bucket_was_done_
     assert (top.rank, top.straggler_cost_ns / 3) == (1, pytest.approx(30 * MS, rel=0.05))
 
 
+def _bucket_then_host_time(path: Path, *, next_step: bool) -> tuple[int, int, set[tuple[int, int]]]:
+    """2 ranks: a bucket issued at 12 ms that completes at 25 ms, waited for by no wait node; 1 ms of
+    untraced time, a 7 ms op, then 10 ms of untraced time (20-30 ms), in step 1 where ``next_step`` (the op
+    ``Optimizer.step``, the step's end) else in step 0 (the op ``copy_bucket_to_grad``). Rank 0's bucket
+    row, that later untraced row, and its model's wait edges."""
+    b = RunBuilder(2)
+    for r in (0, 1):
+        rb = b.rank(r).step(0)
+        g = rb.compute("aten::mm", 12 * MS, start_ns=0)
+        a = rb.collective(CommType.ALL_REDUCE, 1 << 20, 13 * MS, start_ns=12 * MS, stream=COMM, deps=(g,))
+        u = rb.compute("untraced", MS, start_ns=12 * MS, deps=(g,))
+        op = "Optimizer.step" if next_step else "copy_bucket_to_grad"
+        o = rb.compute(op, 7 * MS, start_ns=13 * MS, deps=(u,))
+        if next_step:
+            rb.step(1)
+        u1 = rb.compute("untraced", 10 * MS, start_ns=20 * MS, deps=(o,))
+        rb.compute("aten::mm", 5 * MS, start_ns=30 * MS, deps=(u1, a))
+    run = load_run(b.write(path))
+    rt, m = run.ranks[0], execution_model(run).ranks[0]
+    (bucket,) = [i for i in range(len(rt)) if rt.comm_bytes[i] == 1 << 20]
+    (later,) = [i for i in range(len(rt)) if rt.name(i) == "untraced" and rt.dur_ns[i] == 10 * MS]
+    return bucket, later, set(zip(m.wait_src.tolist(), m.wait_dst.tolist(), strict=True))
+
+
 def test_a_host_time_node_of_the_next_step_does_not_wait_for_a_bucket_left_running_from_the_step_before(
     tmp_path: Path,
 ) -> None:
@@ -632,36 +656,11 @@ def test_a_host_time_node_of_the_next_step_does_not_wait_for_a_bucket_left_runni
     # step 1's first untraced node (20-30 ms): DDP's reducer waits for its buckets in the backward that
     # issued them, so that node's time is step 1's own host time, not a wait (question 287: kept so; a
     # mutant that let the reducer's later-node rule cross into the next step went unnoticed)
-    b = RunBuilder(2)
-    for r in (0, 1):
-        rb = b.rank(r).step(0)
-        g = rb.compute("aten::mm", 12 * MS, start_ns=0)
-        a = rb.collective(CommType.ALL_REDUCE, 1 << 20, 13 * MS, start_ns=12 * MS, stream=COMM, deps=(g,))
-        u = rb.compute("untraced", MS, start_ns=12 * MS, deps=(g,))
-        o = rb.compute("Optimizer.step", 7 * MS, start_ns=13 * MS, deps=(u,))
-        rb.step(1)
-        u1 = rb.compute("untraced", 10 * MS, start_ns=20 * MS, deps=(o,))
-        rb.compute("aten::mm", 5 * MS, start_ns=30 * MS, deps=(u1, a))
-    run = load_run(b.write(tmp_path / "run"))
-    rt, m = run.ranks[0], execution_model(run).ranks[0]
-    (bucket,) = [i for i in range(len(rt)) if rt.comm_bytes[i] == 1 << 20]
-    (later,) = [i for i in range(len(rt)) if rt.name(i) == "untraced" and rt.step[i] == 1]
-    assert (bucket, later) not in set(zip(m.wait_src.tolist(), m.wait_dst.tolist(), strict=True))
+    bucket, later, waits = _bucket_then_host_time(tmp_path / "run", next_step=True)
+    assert (bucket, later) not in waits
     # while the same completion inside a later host-time node of its own step is that node's wait
-    b = RunBuilder(2)
-    for r in (0, 1):
-        rb = b.rank(r).step(0)
-        g = rb.compute("aten::mm", 12 * MS, start_ns=0)
-        a = rb.collective(CommType.ALL_REDUCE, 1 << 20, 13 * MS, start_ns=12 * MS, stream=COMM, deps=(g,))
-        u = rb.compute("untraced", MS, start_ns=12 * MS, deps=(g,))
-        o = rb.compute("copy_bucket_to_grad", 7 * MS, start_ns=13 * MS, deps=(u,))
-        u1 = rb.compute("untraced", 10 * MS, start_ns=20 * MS, deps=(o,))
-        rb.compute("aten::mm", 5 * MS, start_ns=30 * MS, deps=(u1, a))
-    run = load_run(b.write(tmp_path / "same_step"))
-    rt, m = run.ranks[0], execution_model(run).ranks[0]
-    (bucket,) = [i for i in range(len(rt)) if rt.comm_bytes[i] == 1 << 20]
-    (later,) = [i for i in range(len(rt)) if rt.name(i) == "untraced" and rt.dur_ns[i] == 10 * MS]
-    assert (bucket, later) in set(zip(m.wait_src.tolist(), m.wait_dst.tolist(), strict=True))
+    bucket, later, waits = _bucket_then_host_time(tmp_path / "same_step", next_step=False)
+    assert (bucket, later) in waits
 
 
 def test_a_sleep_before_backward_is_named_host_idle_at_the_last_bucket_not_the_backward_after_it(
