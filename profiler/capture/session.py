@@ -216,8 +216,8 @@ class CaptureSession:
         # the optimizer whose step() marks the steps, where it can be referred to weakly: once the program
         # lets go of it (a new optimizer after freezing or growing the model), the next to step marks them
         self._first_ref: Callable[[], Any] | None = None
-        self._optimizer_steps: dict[int, tuple[str, int]] = {}  # id -> (class name, step() calls)
-        self._optimizer_sizes: dict[int, int] = {}  # id -> parameter elements, read at its first step()
+        # id -> (class name, step() calls, parameter elements it updates, read at its first step())
+        self._optimizer_steps: dict[int, tuple[str, int, int]] = {}
         self._kineto: Any = None
         self._program_profiler: Any = None  # kineto.ProgramProfiler, from install()
         self._workers: Any = None  # collectives level: gloo's worker events (kineto.WorkerEvents)
@@ -405,22 +405,23 @@ class CaptureSession:
             return  # optimizer, a wrapper's inner one): part of that step
         if self._first_ref is not None and self._first_ref() is None:  # freed: its id may be the new one's
             self._optimizer_steps.pop(self._first_optimizer or 0, None)
-            self._optimizer_sizes.pop(self._first_optimizer or 0, None)
             self._first_optimizer = self._first_ref = None
         if self._first_optimizer is None:
             self._first_optimizer = id(optimizer)
             self._first_ref = _weak(optimizer)
-        name, calls = self._optimizer_steps.get(id(optimizer), (type(optimizer).__name__, 0))
-        self._optimizer_steps[id(optimizer)] = (name, calls + 1)
-        if not calls:
-            self._optimizer_sizes[id(optimizer)] = _parameter_elements(optimizer)
+        name, calls, size = self._optimizer_steps.get(id(optimizer)) or (
+            type(optimizer).__name__,
+            0,
+            _parameter_elements(optimizer),
+        )
+        self._optimizer_steps[id(optimizer)] = (name, calls + 1, size)
         if id(optimizer) == self._first_optimizer:
             self.step()
         inner, outer, outer_name = self._hand_over
         if id(optimizer) == inner:  # it ran in a wrapper's step(), whose steps are its from now on: the
             self._hand_over = (0, 0, "")  # wrapper's, as are this one and the training's if it was the first
-            self._optimizer_steps[outer] = (outer_name, self._optimizer_steps.pop(inner)[1])
-            self._optimizer_sizes[outer] = self._optimizer_sizes.pop(inner, 0)
+            _inner_name, inner_calls, inner_size = self._optimizer_steps.pop(inner)
+            self._optimizer_steps[outer] = (outer_name, inner_calls, inner_size)
             if self._first_optimizer == inner:  # (_first_ref stays the inner one's, which the wrapper holds)
                 self._first_optimizer = outer
 
@@ -430,11 +431,11 @@ class CaptureSession:
         over 66,049 parameters``: a PPO loop's critic and actor, both Adam, were ``Adam, 8 calls ...; others:
         Adam 7``, which did not say which of the two marked the steps)."""
         sizes: dict[str, set[int]] = defaultdict(set)
-        for k, (n, _c) in self._optimizer_steps.items():
-            sizes[n].add(self._optimizer_sizes.get(k, 0))
+        for n, _c, size in self._optimizer_steps.values():
+            sizes[n].add(size)
         return {
-            k: f"{n} over {self._optimizer_sizes.get(k, 0):,} parameters" if len(sizes[n]) > 1 else n
-            for k, (n, _c) in self._optimizer_steps.items()
+            k: f"{n} over {size:,} parameters" if len(sizes[n]) > 1 else n
+            for k, (n, _c, size) in self._optimizer_steps.items()
         }
 
     def step(self) -> None:
@@ -807,7 +808,7 @@ class CaptureSession:
             first = self._optimizer_steps[self._first_optimizer]
             others = ", ".join(
                 f"{label[k]} {c}"
-                for k, (_n, c) in self._optimizer_steps.items()
+                for k, (_n, c, _size) in self._optimizer_steps.items()
                 if k != self._first_optimizer
             )
             self.notes[STEP_MARKS_NOTE] = (
@@ -1060,13 +1061,13 @@ class CaptureSession:
             )
         if self._first_optimizer not in self._optimizer_steps:
             return None
-        _first, calls = self._optimizer_steps[self._first_optimizer]
+        calls = self._optimizer_steps[self._first_optimizer][1]
         others = {k: v for k, v in self._optimizer_steps.items() if k != self._first_optimizer}
-        if not any(c > calls for _n, c in others.values()):
+        if not any(c > calls for _n, c, _size in others.values()):
             return None
         w = self.window
         label = self._optimizer_labels()
-        listed = ", ".join(f"{label[k]} {c}" for k, (_n, c) in others.items())
+        listed = ", ".join(f"{label[k]} {c}" for k, (_n, c, _size) in others.items())
         return (
             f"no step of the window (steps {w.wait + w.warmup}-{w.wait + w.warmup + w.active - 1}) ended: "
             f"a step ends at each step() of the first optimizer to step ({label[self._first_optimizer]}, "
