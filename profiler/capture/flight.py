@@ -567,8 +567,7 @@ def merge(
             # the first of the numbers it took: the next after its group's last entry (or last such call)
             # before it, the same on every member; a ring buffer that lost that entry has declared the
             # steps it covers incomplete (:func:`losses`)
-            k = bisect.bisect_left(created.get(c.pg_name, []), c.start_ns)
-            seq = max(es[k - 1].seq if k else 0, taken.get(c.pg_name, 0)) + 1
+            seq = _no_entry_seq(c, es, created.get(c.pg_name, []), taken.get(c.pg_name, 0))
             taken[c.pg_name] = seq + numbers - 1
             hooked.append(replace(c, seq=seq))
             continue
@@ -720,19 +719,29 @@ def call_type(c: CommRecord | FrEntry) -> str:
     return c.comm_type.name.lower() if c.comm_type is not None else c.op.rsplit(":", 1)[-1]
 
 
+def _no_entry_seq(c: CommRecord, es: Sequence[FrEntry], created: Sequence[int], taken: int) -> int:
+    """The first of the numbers a call that makes no recorder entry takes (``c``; ``es``: its group's
+    entries by creation, ``created`` their times; ``taken``: the last number such a call took before it):
+    the next after its group's last entry, or last such call, before it, the same on every member."""
+    k = bisect.bisect_left(created, c.start_ns)
+    return max(es[k - 1].seq if k else 0, taken) + 1
+
+
 def _numbered(c: CommRecord, returned: Sequence[CommRecord], entries: Sequence[FrEntry]) -> CommRecord:
-    """``c``, a call that makes no recorder entry, numbered as :func:`resolve` numbers one that returned:
-    the first number after its group's last entry, or last such call, before it (with no recorder, the
-    hooks' number it has)."""
+    """``c``, a call that makes no recorder entry, numbered as :func:`resolve` numbers one that returned
+    (:func:`_no_entry_seq`; with no recorder, the hooks' number it has)."""
     if not entries:
         return c
-    before = [e.seq for e in entries if e.pg_name == c.pg_name and e.created_ns < c.start_ns]
-    taken = [
-        r.seq + NO_ENTRY_NUMBERS[r.op] - 1
-        for r in returned
-        if r.op in NO_ENTRY_NUMBERS and r.pg_name == c.pg_name and r.start_ns < c.start_ns
-    ]
-    return replace(c, seq=max(before + taken, default=0) + 1)
+    es = sorted((e for e in entries if e.pg_name == c.pg_name), key=lambda e: e.created_ns)
+    taken = max(
+        (
+            r.seq + NO_ENTRY_NUMBERS[r.op] - 1
+            for r in returned
+            if r.op in NO_ENTRY_NUMBERS and r.pg_name == c.pg_name and r.start_ns < c.start_ns
+        ),
+        default=0,
+    )
+    return replace(c, seq=_no_entry_seq(c, es, [e.created_ns for e in es], taken))
 
 
 def stop_record(
