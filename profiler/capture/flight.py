@@ -45,6 +45,7 @@ from dataclasses import dataclass, replace
 from skewlens.profiler.bounded import parse_json_bounded
 from skewlens.profiler.capture.build import Reach, step_of
 from skewlens.profiler.capture.records import (
+    DEBUG_ENV,
     END_UNKNOWN,
     FROM_RECORDER,
     NO_ENTRY_NUMBERS,
@@ -72,8 +73,6 @@ FR_BUFFER_LEGACY_ENV = "TORCH_NCCL_TRACE_BUFFER_SIZE"
 NCCL_TIMING_ENV = "TORCH_NCCL_ENABLE_TIMING"
 #: Entries kept when skewlens turns the recorder on.
 FR_BUFFER_DEFAULT = 20_000
-#: torch.distributed's debug level; ``DETAIL`` wraps every process group (see :func:`refuse_wrapped_groups`).
-DEBUG_ENV = "TORCH_DISTRIBUTED_DEBUG"
 
 
 def refuse_wrapped_groups(debug_level: str, where: str, *, by_program: bool = False) -> None:

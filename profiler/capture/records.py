@@ -14,6 +14,9 @@ FROM_RECORDER = ""
 #: Hooked collectives that make no flight-recorder entry, and how many of their group's numbers each takes:
 #: gloo's ``monitored_barrier`` (its point-to-point messages to and from rank 0 take two, on every member).
 NO_ENTRY_NUMBERS = {"c10d::monitored_barrier": 2}
+#: torch.distributed's debug level; ``DETAIL`` wraps every process group (see
+#: :func:`skewlens.profiler.capture.flight.refuse_wrapped_groups`; the real replay's workers' environment).
+DEBUG_ENV = "TORCH_DISTRIBUTED_DEBUG"
 
 #: ``CommRecord.end_ns`` of an asynchronous op whose completion the backend does not report.
 END_UNKNOWN = -1

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from skewlens.console import print_warning
+from skewlens.profiler.capture.records import DEBUG_ENV
 from skewlens.profiler.manifest import (
     MANIFEST_NAME,
     PARTS_DIR,
@@ -335,10 +336,6 @@ def keep_failure_logs(work_dir: Path, log: Path, kept: Path, *, alone: bool) -> 
         with contextlib.suppress(OSError):
             item.replace(dest)
     return kept / log.relative_to(work_dir)
-
-
-#: torch.distributed's debug level (as ``skewlens.profiler.capture.flight.DEBUG_ENV``, which imports torch).
-DEBUG_ENV = "TORCH_DISTRIBUTED_DEBUG"
 
 
 def worker_env(environ: Mapping[str, str]) -> tuple[dict[str, str], str]:
